@@ -1,0 +1,60 @@
+"""mazegym: VisGym-style visual mazes as fast, seeded Gymnasium environments.
+
+Importing the package registers the environments (string entry points, so registration is
+cheap and ``gym.make("mazegym:VisMaze-v0")`` also works)::
+
+    import gymnasium as gym
+    import mazegym
+
+    env = gym.make("VisMaze-v0")            # 9x9, 20 moves: VisGym maze_2d easy
+    obs, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(0)  # 0=right 1=up 2=left 3=down
+
+This package never imports torch.
+"""
+
+from __future__ import annotations
+
+from gymnasium.envs.registration import register, registry
+
+from mazegym.envs.vismaze import ACTION_NAMES, VisMazeEnv
+from mazegym.evalsets import EVAL_SETS, MazeStream, is_eval_maze, load_eval_set
+from mazegym.maze import GENERATORS, MazeSpec, generate_maze, sample_maze
+
+__version__ = "0.1.0"
+
+_ENTRY_POINT = "mazegym.envs.vismaze:VisMazeEnv"
+
+PRESETS: dict[str, dict] = {
+    "VisMaze-v0": {"size": 9, "max_moves": 20},
+    "VisMaze-Hard-v0": {"size": 11, "max_moves": 30},
+    "VisMaze-7x7-v0": {"size": 7, "max_moves": 16},
+    "VisMaze-13x13-v0": {"size": 13, "max_moves": 50},
+    "VisMaze-15x15-v0": {"size": 15, "max_moves": 70},
+    "VisMaze-21x21-v0": {"size": 21, "max_moves": 150},
+}
+"""Registered ids and their kwargs. 9x9/20 and 11x11/30 are VisGym maze_2d easy/hard; larger
+sizes (generalisation studies) get move limits about 1.5x their typical optimal path."""
+
+
+def _register_all() -> None:
+    for env_id, kwargs in PRESETS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point=_ENTRY_POINT, kwargs=dict(kwargs))
+
+
+_register_all()
+
+__all__ = [
+    "ACTION_NAMES",
+    "EVAL_SETS",
+    "GENERATORS",
+    "MazeSpec",
+    "MazeStream",
+    "is_eval_maze",
+    "load_eval_set",
+    "PRESETS",
+    "VisMazeEnv",
+    "generate_maze",
+    "sample_maze",
+]

@@ -1,0 +1,1 @@
+"""Environment classes (registered by ``import mazegym``)."""

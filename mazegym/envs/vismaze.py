@@ -1,0 +1,304 @@
+"""VisMaze: VisGym's maze_2d as a fast, seeded Gymnasium environment.
+
+## Description
+The agent (a blue disc) must walk from its start cell to the red goal square of a maze drawn
+on a ``size`` x ``size`` grid of squares with an outer wall ring (VisGym layout). Mazes are
+perfect by default (one path between any two cells) and come from one of several generators
+(Wilson, DFS/recursive backtracker, Kruskal, Prim); ``extra_openings`` adds loops.
+Start and goal are opposite corners by default (VisGym) or random cells.
+
+## Action Space
+``Discrete(4)``: 0 = right, 1 = up, 2 = left, 3 = down. With ``require_stop=True`` it is
+``Discrete(5)`` and 4 = stop. Moving into a wall leaves the agent in place, still uses a
+move, and sets ``info["invalid_move"]``.
+
+## Observation Space
+``Dict`` restricted to the keys chosen by ``obs_mode`` ("both", "image" or "text"):
+``image``: ``Box(0, 255, (size*cell_px, size*cell_px, 3), uint8)`` in VisGym's look;
+``text``: ``Text`` ASCII map, ``#`` wall, ``.`` floor, ``G`` goal, ``A`` agent, rows joined
+by newlines.
+
+## Rewards
+Sparse: 1.0 on the move that reaches the goal within the move limit (with ``require_stop``:
+on a stop action taken on the goal), else 0.0. ``shaping=True`` adds the potential-based term
+``gamma * phi(s') - phi(s)`` with ``phi = -BFS distance to goal / optimal_moves``, which
+leaves optimal policies unchanged (Ng et al. 1999) and sums to +1 along an optimal path when
+``shaping_gamma = 1``.
+
+## Episode End
+``terminated``: the goal is reached (``require_stop``: any stop action; stopping off the goal
+pays 0). ``truncated``: ``max_moves`` moves were used without success.
+
+## Info
+``agent``, ``goal``, ``moves``, ``max_moves``, ``optimal_moves``, ``shortest_remaining``,
+``invalid_move``, ``invalid_action``, ``action_mask``, ``maze_id``, ``is_success``, ``feedback``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from mazegym.maze import DEFAULT_GENERATOR, GENERATORS, MazeSpec, check_size, sample_maze
+from mazegym.render import TEXT_CHARSET, ascii_bytes, cell_patches, render_background, text_length
+from mazegym.solver import MOVES, STOP, bfs_distances_flat
+
+ACTION_NAMES = ("right", "up", "left", "down", "stop")
+"""Action names by index; the first four are the moves."""
+
+OBS_MODES = ("both", "image", "text")
+
+_MOVE_FEEDBACK = tuple(f"Moved {name}." for name in ACTION_NAMES[:4])
+_WALL_FEEDBACK = "Cannot move into a wall."
+_GOAL_FEEDBACK = "Reached the goal!"
+_STOP_GOAL_FEEDBACK = "Stopped on the goal."
+_STOP_MISS_FEEDBACK = "Stopped, but not on the goal."
+_LIMIT_FEEDBACK = " No moves left."
+
+_MASK_CACHE: dict[tuple[int, ...], np.ndarray] = {}
+
+
+def _mask(bits: tuple[int, ...]) -> np.ndarray:
+    """The int8 action mask for a legal-move pattern (1 = the move does not hit a wall)."""
+    m = _MASK_CACHE.get(bits)
+    if m is None:
+        m = _MASK_CACHE[bits] = np.array(bits, dtype=np.int8)
+    return m.copy()  # a fresh array: callers may keep or modify infos
+
+
+class VisMazeEnv(gym.Env):
+    """Grid maze with image and/or text observations; see the module docstring for the spec."""
+
+    metadata = {"render_modes": ["rgb_array", "ansi", "human"], "render_fps": 4}
+
+    def __init__(
+        self,
+        size: int = 9,
+        max_moves: int = 20,
+        generator: str = DEFAULT_GENERATOR,
+        extra_openings: float = 0.0,
+        start_goal: str = "corners",
+        require_stop: bool = False,
+        obs_mode: str = "both",
+        cell_px: int = 25,
+        shaping: bool = False,
+        shaping_gamma: float = 1.0,
+        render_mode: str | None = None,
+    ):
+        self.size = check_size(size)
+        if max_moves < 1:
+            raise ValueError(f"max_moves must be >= 1, got {max_moves}")
+        if generator not in GENERATORS:
+            raise ValueError(f"unknown generator {generator!r}; choose one of {sorted(GENERATORS)}")
+        if start_goal not in ("corners", "random"):
+            raise ValueError(f"start_goal must be 'corners' or 'random', got {start_goal!r}")
+        if obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
+        if cell_px < 4:
+            raise ValueError(f"cell_px must be >= 4, got {cell_px}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        self.max_moves = int(max_moves)
+        self.generator = generator
+        self.extra_openings = float(extra_openings)
+        self.start_goal = start_goal
+        self.require_stop = bool(require_stop)
+        self.obs_mode = obs_mode
+        self.cell_px = int(cell_px)
+        self.shaping = bool(shaping)
+        self.shaping_gamma = float(shaping_gamma)
+        self.render_mode = render_mode
+
+        self.action_space = spaces.Discrete(5 if self.require_stop else 4)
+        px = self.size * self.cell_px
+        obs_spaces: dict[str, spaces.Space] = {}
+        if obs_mode in ("both", "image"):
+            obs_spaces["image"] = spaces.Box(0, 255, (px, px, 3), dtype=np.uint8)
+        if obs_mode in ("both", "text"):
+            n = text_length(self.size)
+            obs_spaces["text"] = spaces.Text(max_length=n, min_length=n, charset=TEXT_CHARSET)
+        self.observation_space = spaces.Dict(obs_spaces)
+        self._want_image = "image" in obs_spaces
+        self._want_text = "text" in obs_spaces
+        self.spec_maze: MazeSpec | None = None
+        self._background: np.ndarray | None = None
+        tiles = cell_patches(self.cell_px)
+        self._tile_agent_floor, self._tile_agent_goal = tiles["agent_on_floor"], tiles["agent_on_goal"]
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode on a new maze, or on ``options["maze"]`` (a MazeSpec or its dict)."""
+        super().reset(seed=seed)
+        maze = (options or {}).get("maze")
+        if maze is not None:
+            spec = MazeSpec.from_dict(maze)  # validates dicts; returns a MazeSpec unchanged
+            if spec.size != self.size:
+                raise ValueError(f"options['maze'] has size {spec.size}, this env has size {self.size}")
+        else:
+            spec = sample_maze(self.np_random, self.size, self.generator, self.extra_openings, self.start_goal)
+        self._load(spec)
+        return self._obs(), self._info(False, False, "")
+
+    def step(self, action: int):
+        """Apply one action; see the module docstring for rewards and episode end."""
+        if self.spec_maze is None:
+            raise RuntimeError("call reset() before step()")
+        action = int(action)
+        if not 0 <= action < self.action_space.n:
+            raise ValueError(f"action {action} is outside {self.action_space}")
+        self._moves += 1
+        old = self._agent
+        old_dist = self._dist[old[0] * self.size + old[1]]
+        invalid = False
+        terminated = False
+        success = False
+        if action == STOP:
+            terminated = True
+            success = old == self._goal
+            feedback = _STOP_GOAL_FEEDBACK if success else _STOP_MISS_FEEDBACK
+        else:
+            dr, dc = MOVES[action]
+            new = (old[0] + dr, old[1] + dc)
+            if self._open[new[0] * self.size + new[1]]:
+                self._move_agent(old, new)
+                feedback = _MOVE_FEEDBACK[action]
+                if new == self._goal and not self.require_stop:
+                    terminated = success = True
+                    feedback = _GOAL_FEEDBACK
+            else:
+                invalid = True
+                feedback = _WALL_FEEDBACK
+        truncated = not terminated and self._moves >= self.max_moves
+        if truncated:
+            feedback += _LIMIT_FEEDBACK
+        self._success = success
+        reward = 1.0 if success else 0.0
+        if self.shaping:
+            reward += self._shaping_term(old_dist)
+        return self._obs(), reward, terminated, truncated, self._info(success, invalid, feedback)
+
+    def step_invalid(self, feedback: str = "Invalid action."):
+        """Spend one move on an unparseable action: nothing moves, no reward, ``feedback`` is echoed.
+
+        Used by :class:`mazegym.wrappers.TextActionWrapper` and LLM runners so malformed output
+        costs a turn instead of raising.
+        """
+        if self.spec_maze is None:
+            raise RuntimeError("call reset() before step_invalid()")
+        self._moves += 1
+        truncated = self._moves >= self.max_moves
+        if truncated:
+            feedback += _LIMIT_FEEDBACK
+        info = self._info(False, False, feedback)
+        info["invalid_action"] = True
+        return self._obs(), 0.0, False, truncated, info
+
+    def render(self):
+        """``rgb_array``: the frame; ``ansi``: the text map; ``human``: prints the text map.
+
+        Human mode prints to stdout on purpose: it needs no display and no pygame.
+        """
+        if self.spec_maze is None or self.render_mode is None:
+            return None
+        if self.render_mode == "rgb_array":
+            return self._current_frame()
+        text = self._text_map()
+        if self.render_mode == "ansi":
+            return text
+        print(text + "\n")
+        return None
+
+    # ------------------------------------------------------------------ state
+    def _load(self, spec: MazeSpec) -> None:
+        """Precompute everything per maze: open squares, BFS distances, frame and text buffers."""
+        self.spec_maze = spec
+        size = self.size
+        self._open = (~spec.grid).ravel().tolist()
+        self._goal = spec.goal
+        self._agent = spec.start
+        self._moves = 0
+        self._success = False
+        self._dist = bfs_distances_flat(self._open, size, spec.goal[0] * size + spec.goal[1])
+        self._optimal = self._dist[spec.start[0] * size + spec.start[1]]
+        self._maze_id = spec.maze_id
+        if self._want_image or self.render_mode == "rgb_array":
+            self._background = render_background(spec.grid, spec.goal, self.cell_px)
+        self._text = ascii_bytes(spec.grid, spec.goal)
+        self._text_bg = bytes(self._text)
+        self._text[self._agent[0] * (size + 1) + self._agent[1]] = 65  # "A"
+
+    def _current_frame(self) -> np.ndarray:
+        """A fresh frame: the maze background plus the agent tile on the agent's cell."""
+        frame = self._background.copy()
+        px = self.cell_px
+        r, c = self._agent[0] * px, self._agent[1] * px
+        frame[r : r + px, c : c + px] = self._tile_agent_goal if self._agent == self._goal else self._tile_agent_floor
+        return frame
+
+    def _move_agent(self, old: tuple[int, int], new: tuple[int, int]) -> None:
+        self._agent = new
+        w = self.size + 1
+        text = self._text
+        text[old[0] * w + old[1]] = self._text_bg[old[0] * w + old[1]]
+        text[new[0] * w + new[1]] = 65  # "A"
+
+    def _text_map(self) -> str:
+        return self._text.decode("ascii")
+
+    def _obs(self) -> dict[str, Any]:
+        obs: dict[str, Any] = {}
+        if self._want_image:
+            obs["image"] = self._current_frame()
+        if self._want_text:
+            obs["text"] = self._text.decode("ascii")
+        return obs
+
+    def _action_mask(self) -> np.ndarray:
+        r, c = self._agent
+        s = self.size
+        o = self._open
+        i = r * s + c
+        bits = (o[i + 1], o[i - s], o[i - 1], o[i + s])
+        return _mask(bits + (True,) if self.require_stop else bits)
+
+    def _info(self, success: bool, invalid: bool, feedback: str) -> dict[str, Any]:
+        r, c = self._agent
+        return {
+            "agent": self._agent,
+            "goal": self._goal,
+            "moves": self._moves,
+            "max_moves": self.max_moves,
+            "optimal_moves": self._optimal,
+            "shortest_remaining": self._dist[r * self.size + c],
+            "invalid_move": invalid,
+            "invalid_action": False,
+            "action_mask": self._action_mask(),
+            "maze_id": self._maze_id,
+            "is_success": success,
+            "feedback": feedback,
+        }
+
+    def _shaping_term(self, old_dist: int) -> float:
+        """``gamma * phi(s') - phi(s)`` with ``phi = -dist_to_goal / optimal_moves``.
+
+        ``phi`` is 0 on the goal, the only rewarding terminal state; a stop off the goal keeps
+        ``phi(s') = -dist`` so stopping early is never paid by the shaping term.
+        """
+        scale = max(1, self._optimal)
+        r, c = self._agent
+        phi_new = -self._dist[r * self.size + c] / scale
+        return self.shaping_gamma * phi_new + old_dist / scale
+
+    # ------------------------------------------------------------------ helpers for users
+    @property
+    def agent_pos(self) -> tuple[int, int]:
+        """Current agent cell ``(row, col)``."""
+        return self._agent
+
+    @property
+    def moves(self) -> int:
+        """Moves used so far in this episode."""
+        return self._moves

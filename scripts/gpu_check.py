@@ -1,0 +1,306 @@
+"""One prepared check for a GPU machine: generation backends, images, LoRA sync, parity probe.
+
+    PYTHONUNBUFFERED=1 python3 scripts/gpu_check.py [--out DIR] [--model PATH] [--strict]
+
+Runs every step it can and never stops at the first failure: each step prints PASS, FAIL
+(with the error's last lines) or SKIP (with the reason, e.g. ``vllm`` not installed), and a
+summary table comes last (also written as JSON to ``--out`` or ``$OUT``). Exit code 0 unless
+``--strict`` and a step failed.
+
+Steps
+1. environment: torch/transformers/peft/vllm versions, CUDA device.
+2. hf-vlm-images: the tiny Qwen2-VL on the GPU plays image-observation episodes; recorded
+   sampling log-probs equal a teacher-forced forward (fp32, tolerance 1e-3).
+3. hf-lora-parity: trainer LoRA policy (fp32, GPU) -> perturbed adapter -> AdapterSync
+   publish -> generator pull -> parity probe passes; a skipped sync raises StaleWeightsError.
+4. vllm-text-lora: vLLM with the tiny text LM, LoRA hot-load under a new id per version,
+   log-probs vs the trainer, parity probe, skipped sync caught.
+5. vllm-vlm-images: vLLM with the tiny Qwen2-VL and image prompts (token ids +
+   multi_modal_data); its log-probs compared with the hf backend's on the same prompts; LoRA load.
+6. (optional, --model PATH) a real local checkpoint: hf (and vLLM when present) generate one
+   batched turn of a maze prompt.
+The ``__main__`` guard is required: vLLM spawns worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RESULTS: list[dict] = []
+
+
+def step(name: str):
+    """Decorator: run the step, record PASS/FAIL/SKIP with timing, never raise."""
+
+    def wrap(fn):
+        def run(*args, **kwargs):
+            print(f"\n=== {name} ===", flush=True)
+            t0 = time.perf_counter()
+            try:
+                detail = fn(*args, **kwargs)
+                status = "PASS"
+            except SkipStep as e:
+                status, detail = "SKIP", str(e)
+            except Exception as e:  # report and go on
+                status = "FAIL"
+                tb = traceback.format_exc().strip().splitlines()
+                detail = f"{type(e).__name__}: {e}"[:600] + "\n    " + "\n    ".join(tb[-6:])
+            seconds = time.perf_counter() - t0
+            RESULTS.append({"step": name, "status": status, "seconds": round(seconds, 1), "detail": str(detail)})
+            print(f"--- {name}: {status} ({seconds:.1f}s)\n{detail}", flush=True)
+
+        return run
+
+    return wrap
+
+
+class SkipStep(Exception):
+    """Raised to mark a step as skipped (missing package, no GPU, ...)."""
+
+
+def have_vllm() -> str | None:
+    try:
+        import vllm
+
+        return vllm.__version__
+    except Exception as e:
+        return None if "No module named" in str(e) else f"import failed: {e!r}"
+
+
+def perturb_lora(policy, seed: int, scale: float = 0.3) -> None:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_((torch.randn(p.shape, generator=g) * scale).to(p.device, p.dtype))
+
+
+def mazes(n: int, size: int = 7):
+    import numpy as np
+
+    from mazegym.maze import sample_maze
+
+    return [sample_maze(np.random.default_rng(i), size) for i in range(n)]
+
+
+@step("environment")
+def check_environment() -> str:
+    import peft
+    import torch
+    import transformers
+
+    lines = [f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}"]
+    lines.append(f"vllm: {have_vllm() or 'not installed'}")
+    if torch.cuda.is_available():
+        lines.append(f"cuda: {torch.cuda.get_device_name(0)}, {torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB")
+    else:
+        lines.append("cuda: NOT available (steps run on CPU where they can)")
+    return "\n".join(lines)
+
+
+@step("hf-vlm-images")
+def check_hf_vlm(vlm_path: Path, device: str) -> str:
+    import numpy as np
+
+    from runners.generation.hf import HFGenerator
+    from runners.rollout import RolloutConfig, collect_groups
+
+    gen = HFGenerator(vlm_path, device=device, dtype="float32")
+    config = RolloutConfig(group_size=2, max_moves=3, max_new_tokens=8, obs_mode="image", history="full")
+    episodes = collect_groups(gen, mazes(2), config, seed=0)
+    gaps = []
+    for e in episodes:
+        for t in e.turns:
+            assert t.images and len(t.logprobs) == len(t.response_ids)
+            gaps.append(float(np.abs(np.array(gen.score(t.prompt_ids, t.response_ids, t.images)) - np.array(t.logprobs)).max()))
+    assert max(gaps) < 1e-3, f"sampling vs teacher-forced log-prob gap {max(gaps):.2e} >= 1e-3"
+    turns = sum(e.num_moves for e in episodes)
+    return f"{len(episodes)} episodes, {turns} turns with images; max |sampled - forward| log-prob = {max(gaps):.2e}"
+
+
+def _policy(path: Path, device: str, rank: int = 8):
+    import torch
+
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+
+    return LoRALMPolicy.from_pretrained(path, lora=LoRAConfig(rank=rank, alpha=2 * rank), dtype=torch.float32, device=device)
+
+
+def _sync_and_probe(gen, policy, sync_dir: Path, tolerance: float) -> str:
+    from runners.parity import ParityProbe, StaleWeightsError
+    from runners.sync import AdapterSync
+
+    sync = AdapterSync(sync_dir)
+    probe = ParityProbe.from_encoder(gen.encoder, tolerance=tolerance)
+    perturb_lora(policy, seed=1)
+    sync.publish(policy, 1)
+    sync.pull(gen)
+    first = probe.check(gen, policy, version=1)
+    perturb_lora(policy, seed=2)
+    sync.publish(policy, 2)
+    try:
+        probe.check(gen, policy, version=2)
+        raise AssertionError("a skipped sync was NOT caught by the parity probe")
+    except StaleWeightsError:
+        pass
+    sync.pull(gen)
+    second = probe.check(gen, policy, version=2)
+    return (f"probe v1 mean|d|={first['mean_abs']:.2e} max={first['max_abs']:.2e}; skipped sync caught; "
+            f"v2 mean|d|={second['mean_abs']:.2e}; publish {sync.last_publish_ms:.0f} ms, load {sync.last_load_ms:.0f} ms")
+
+
+@step("hf-lora-parity")
+def check_hf_lora(text_path: Path, device: str, work: Path) -> str:
+    from runners.generation.hf import HFGenerator
+
+    gen = HFGenerator(text_path, device=device, dtype="float32")
+    return _sync_and_probe(gen, _policy(text_path, device), work / "sync_hf", tolerance=1e-3)
+
+
+def _vllm_generator(path: Path, **kwargs):
+    """Start vLLM fp32 first (exact parity); fall back to bf16 if the GPU attention backend refuses fp32."""
+    from runners.generation.vllm import VLLMGenerator
+
+    try:
+        return VLLMGenerator(path, dtype="float32", max_lora_rank=8, gpu_memory_utilization=0.3, **kwargs), "float32"
+    except Exception as e:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise
+        print(f"vLLM fp32 start failed ({type(e).__name__}: {str(e)[:200]}); retrying bf16", flush=True)
+        return VLLMGenerator(path, dtype="bfloat16", max_lora_rank=8, gpu_memory_utilization=0.3, **kwargs), "bfloat16"
+
+
+@step("vllm-text-lora")
+def check_vllm_text(text_path: Path, device: str, work: Path) -> str:
+    import numpy as np
+    import torch
+
+    from runners.parity import tolerance_for
+    from runners.rollout import RolloutConfig, collect_groups
+
+    if have_vllm() is None:
+        raise SkipStep("vllm is not installed here (pip install vllm on a GPU machine)")
+    gen, dtype = _vllm_generator(text_path)
+    try:
+        policy = _policy(text_path, device)
+        episodes = collect_groups(gen, mazes(2), RolloutConfig(group_size=4, max_moves=3, max_new_tokens=8), seed=0)
+        turns = [t for e in episodes for t in e.turns]
+        with torch.no_grad():
+            out = policy.evaluate(turns)
+        gap = max(float(np.abs(out.logprobs[i, : len(t.logprobs)].cpu().numpy() - np.array(t.logprobs)).max()) for i, t in enumerate(turns))
+        probe = _sync_and_probe(gen, policy, work / "sync_vllm", tolerance=tolerance_for(dtype))
+        return f"dtype {dtype}; {len(episodes)} episodes; max |vllm - trainer| sampling log-prob = {gap:.2e}; {probe}"
+    finally:
+        gen.close()
+
+
+@step("vllm-vlm-images")
+def check_vllm_vlm(vlm_path: Path, device: str, work: Path) -> str:
+    import numpy as np
+    import torch
+
+    from runners.generation.base import Prompt, SamplingConfig
+    from runners.generation.hf import HFGenerator
+    from runners.rollout import RolloutConfig, collect_groups
+    from runners.sync import AdapterSync
+
+    if have_vllm() is None:
+        raise SkipStep("vllm is not installed here")
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        raise SkipStep("vLLM's Qwen2-VL imports torchvision, which is missing or does not load beside this torch build")
+    gen, dtype = _vllm_generator(vlm_path)
+    try:
+        config = RolloutConfig(group_size=2, max_moves=2, max_new_tokens=8, obs_mode="image")
+        episodes = collect_groups(gen, mazes(1), config, seed=0)
+        hf = HFGenerator(vlm_path, device=device, dtype="float32")
+        gaps = [float(np.abs(np.array(hf.score(t.prompt_ids, t.response_ids, t.images)) - np.array(t.logprobs)).max())
+                for e in episodes for t in e.turns]
+        # LoRA on the language model of the VLM.
+        policy = _policy(vlm_path, device)
+        perturb_lora(policy, seed=1)
+        sync = AdapterSync(work / "sync_vllm_vlm")
+        sync.publish(policy, 1)
+        t = episodes[0].turns[0]
+        before = gen.generate([Prompt(t.prompt_ids, t.images)], SamplingConfig(max_new_tokens=8, temperature=0.0))[0]
+        sync.pull(gen)
+        after = gen.generate([Prompt(t.prompt_ids, t.images)], SamplingConfig(max_new_tokens=8, temperature=0.0))[0]
+        changed = before.response_ids != after.response_ids
+        with torch.no_grad():
+            trainer = policy.evaluate([_turn(t.prompt_ids, after.response_ids, t.images)]).logprobs[0].cpu().numpy()
+        lora_gap = float(np.abs(np.array(gen.score(t.prompt_ids, after.response_ids, t.images)) - trainer).max())
+        return (f"dtype {dtype}; image episodes OK; max |vllm - hf| log-prob on image prompts = {max(gaps):.2e}; "
+                f"LoRA load changed greedy output: {changed}; max |vllm+LoRA - trainer| = {lora_gap:.2e}")
+    finally:
+        gen.close()
+
+
+def _turn(prompt_ids, response_ids, images):
+    from algos.data import Turn
+
+    return Turn(prompt_ids=list(prompt_ids), response_ids=list(response_ids), images=list(images))
+
+
+@step("real-model")
+def check_real_model(model: str | None, device: str) -> str:
+    from runners.generation.hf import HFGenerator
+    from runners.rollout import RolloutConfig, collect_groups
+
+    if not model:
+        raise SkipStep("no --model PATH given")
+    gen = HFGenerator(model, device=device, dtype="bfloat16")
+    obs_mode = "image" if gen.image_processor is not None else "text"
+    episodes = collect_groups(gen, mazes(1, 9), RolloutConfig(group_size=2, max_moves=2, max_new_tokens=64, obs_mode=obs_mode), seed=0)
+    texts = [t.text[:80] for e in episodes for t in e.turns]
+    return f"hf bf16 {obs_mode} episodes OK; replies: {texts}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for gpu_check.json (default $OUT)")
+    parser.add_argument("--model", default=None, help="optional local real checkpoint to smoke-test")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a step fails")
+    args = parser.parse_args()
+
+    import torch
+
+    from runners.tiny import build_tiny_text_lm, build_tiny_vlm
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    check_environment()
+    text_path, vlm_path = build_tiny_text_lm(work / "tiny_text"), build_tiny_vlm(work / "tiny_vlm")
+    check_hf_vlm(vlm_path, device)
+    check_hf_lora(text_path, device, work)
+    check_vllm_text(text_path, device, work)
+    check_vllm_vlm(vlm_path, device, work)
+    check_real_model(args.model, device)
+
+    print("\n=== summary ===")
+    for r in RESULTS:
+        print(f"{r['status']:5s} {r['step']:18s} {r['seconds']:7.1f}s  {r['detail'].splitlines()[0][:150]}")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "gpu_check.json").write_text(json.dumps(RESULTS, indent=2))
+    failed = any(r["status"] == "FAIL" for r in RESULTS)
+    return 1 if (failed and args.strict) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

