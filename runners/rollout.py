@@ -1,0 +1,256 @@
+"""Multi-turn rollouts: G plays of the same maze per group, many groups at once, batched generation.
+
+Each turn, for every still-running episode: build the conversation with :mod:`mazegym.llm`
+(system prompt, history -- full, last k turns or none --, the current observation as text
+and/or image, feedback from the last step), encode it to token ids (memoised segments, see
+:class:`~runners.generation.prompts.ChatEncoder`), then ask the generator for *all* replies in
+one batched call. Each reply is parsed into an action; an unparseable reply is an invalid
+turn that still uses up a move (VisGym's behaviour: ``env.step_invalid``), and the next user
+message carries the parser's feedback. Nothing a model writes can make a rollout raise.
+
+Every episode is stamped with the adapter version that sampled it; every :class:`Turn`
+records prompt ids, response ids, sampling log-probs, reward, action, validity, images and
+the decoded text. ``success`` counts the task outcome only (no format reward).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from algos.data import Episode, Turn
+from mazegym.envs.vismaze import VisMazeEnv
+from mazegym.llm import build_messages, invalid_action_feedback, parse_action, system_prompt, user_message
+from mazegym.maze import MazeSpec
+from runners.generation.base import Generator, Prompt, SamplingConfig
+from runners.generation.prompts import ChatEncoder
+
+HISTORY_MODES = ("full", "last_k", "none")
+
+
+@dataclass
+class RolloutConfig:
+    """How episodes are played and sampled."""
+
+    group_size: int = 8
+    """G: rollouts of the same maze per group (GRPO group)."""
+    history: str = "full"
+    """Conversation history kept in the prompt: "full", "last_k" or "none"."""
+    history_k: int = 2
+    """Past turns kept when history is "last_k"."""
+    obs_mode: str = "text"
+    """What the model observes: "text" (ASCII map), "image" or "both" (image needs a VLM)."""
+    max_new_tokens: int = 32
+    """Token budget per reply; longer replies are cut (and usually become invalid turns)."""
+    temperature: float = 1.0
+    """Sampling temperature (0 = greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass; keep 1.0 so recorded log-probs equal log_softmax(logits / T)."""
+    max_moves: int = 20
+    """Move limit per episode (invalid replies use up a move too)."""
+    require_stop: bool = False
+    """Episodes end only with an explicit stop action (VisGym's rule)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra VisMazeEnv keyword arguments (e.g. cell_px, shaping)."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
+        if self.history not in HISTORY_MODES:
+            raise ValueError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
+        if self.obs_mode not in ("text", "image", "both"):
+            raise ValueError(f"obs_mode must be 'text', 'image' or 'both', got {self.obs_mode!r}")
+        if self.max_moves < 1:
+            raise ValueError(f"max_moves must be >= 1, got {self.max_moves}")
+
+    def sampling(self, seed: int | None) -> SamplingConfig:
+        """The generator sampling settings for one turn."""
+        return SamplingConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=seed)
+
+
+@dataclass
+class _Play:
+    """One running episode: its env, last observation, history and the episode being built."""
+
+    env: VisMazeEnv
+    obs: dict[str, Any]
+    info: dict[str, Any]
+    episode: Episode
+    history: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    done: bool = False
+
+
+def _own_images(obs: dict[str, Any]) -> dict[str, Any]:
+    """Copy the frame: history keeps references to past frames, which the env may reuse."""
+    if "image" in obs:
+        obs = dict(obs)
+        obs["image"] = np.array(obs["image"], copy=True)
+    return obs
+
+
+def _printable(text: Any) -> str:
+    """The reply as valid UTF-8 text (lone surrogates and the like replaced), so re-encoding never fails."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _start(maze: MazeSpec, group_id: int, config: RolloutConfig, version: int, seed: int) -> _Play:
+    env = VisMazeEnv(
+        size=maze.size,
+        max_moves=config.max_moves,
+        obs_mode=config.obs_mode,
+        require_stop=config.require_stop,
+        **config.env_kwargs,
+    )
+    obs, info = env.reset(seed=seed, options={"maze": maze})
+    episode = Episode(
+        group_id=group_id,
+        maze_id=maze.maze_id,
+        weights_version=version,
+        optimal_moves=int(info["optimal_moves"]),
+        info={"seed": seed, "size": maze.size, "finish_reasons": []},
+    )
+    return _Play(env=env, obs=_own_images(obs), info=info, episode=episode)
+
+
+def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt, result: Any) -> None:
+    """Parse one reply, step the env (or spend an invalid move) and record the turn."""
+    text = _printable(result.text)
+    parsed = parse_action(text, require_stop=config.require_stop)
+    if parsed.valid and parsed.action < play.env.action_space.n:
+        obs, reward, terminated, truncated, info = play.env.step(parsed.action)
+        action, valid = parsed.action, True
+    else:
+        obs, reward, terminated, truncated, info = play.env.step_invalid(invalid_action_feedback(parsed, config.require_stop))
+        action, valid = None, False
+    play.episode.turns.append(
+        Turn(
+            prompt_ids=prompt.prompt_ids,
+            response_ids=list(result.response_ids),
+            logprobs=list(result.logprobs),
+            reward=float(reward),
+            action=action,
+            valid=valid,
+            images=list(prompt.images),
+            text=text,
+        )
+    )
+    play.episode.info["finish_reasons"].append(result.finish_reason)
+    play.history.append((current_user, text))
+    play.obs, play.info = _own_images(obs), info
+    if terminated or truncated:
+        play.done = True
+        play.episode.success = bool(info.get("is_success", False))
+        play.episode.truncated = bool(truncated and not play.episode.success)
+        play.env.close()
+
+
+def _end_on_overflow(play: _Play) -> None:
+    """End an episode whose next prompt no longer fits the model's context (counts as truncated)."""
+    play.done = True
+    play.episode.truncated = True
+    play.episode.info["context_overflow"] = True
+    play.env.close()
+
+
+def play_episodes(
+    generator: Generator,
+    mazes: Sequence[MazeSpec],
+    config: RolloutConfig,
+    group_size: int,
+    encoder: ChatEncoder | None = None,
+    weights_version: int | None = None,
+    seed: int = 0,
+    group_offset: int = 0,
+) -> list[Episode]:
+    """Play ``group_size`` episodes of every maze in lock step; one generate call per turn.
+
+    Episodes of maze ``i`` get ``group_id = group_offset + i``. Returned in group order.
+    """
+    encoder = encoder if encoder is not None else generator.encoder  # type: ignore[attr-defined]
+    version = generator.adapter_version if weights_version is None else int(weights_version)
+    plays = [
+        _start(maze, group_offset + i, config, version, seed + i * group_size + j)
+        for i, maze in enumerate(mazes)
+        for j in range(group_size)
+    ]
+    systems = {maze.size: system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop) for maze in mazes}
+    context = getattr(generator, "max_model_len", None)
+    prompt_limit = None if context is None else int(context) - config.max_new_tokens
+    turn = 0
+    t0 = time.perf_counter()
+    while True:
+        active, users, prompts = [], [], []
+        for play in (p for p in plays if not p.done):
+            current = user_message(play.obs, play.info, obs_mode=config.obs_mode)
+            messages = build_messages(systems[play.env.size], play.history, current, config.history, config.history_k)
+            ids, images = encoder.encode(messages)
+            if prompt_limit is not None and len(ids) > prompt_limit:
+                _end_on_overflow(play)
+                continue
+            active.append(play)
+            users.append(current)
+            prompts.append(Prompt(prompt_ids=ids, images=images))
+        if not active:
+            break
+        turn_seed = None if config.temperature <= 0 else seed * 1_000_003 + turn
+        results = generator.generate(prompts, config.sampling(turn_seed))
+        if len(results) != len(prompts):
+            raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
+        for play, current, prompt, result in zip(active, users, prompts, results):
+            _step(play, config, current, prompt, result)
+        turn += 1
+    elapsed = time.perf_counter() - t0
+    for play in plays:
+        play.episode.info["rollout_seconds"] = elapsed
+    return [p.episode for p in plays]
+
+
+def collect_groups(
+    generator: Generator,
+    mazes: Sequence[MazeSpec],
+    config: RolloutConfig,
+    encoder: ChatEncoder | None = None,
+    weights_version: int | None = None,
+    seed: int = 0,
+    group_offset: int = 0,
+) -> list[Episode]:
+    """G sampled rollouts of each maze (group ``group_offset + i`` = maze ``i``), all batched together.
+
+    ``weights_version`` defaults to the generator's current adapter version.
+    """
+    return play_episodes(generator, mazes, config, config.group_size, encoder, weights_version, seed, group_offset)
+
+
+def evaluate_mazes(
+    generator: Generator,
+    mazes: Sequence[MazeSpec],
+    config: RolloutConfig,
+    encoder: ChatEncoder | None = None,
+    seed: int = 0,
+) -> list[Episode]:
+    """One greedy (temperature 0) episode per maze, for evaluation; group_id = maze index."""
+    greedy = RolloutConfig(**{**config.__dict__, "temperature": 0.0, "group_size": 1})
+    return play_episodes(generator, mazes, greedy, 1, encoder, None, seed, 0)
+
+
+def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Summary numbers for logging: success rate, SPL, moves, invalid-turn rate, reply lengths."""
+    if not episodes:
+        return {}
+    turns = [t for e in episodes for t in e.turns]
+    reasons = [r for e in episodes for r in e.info.get("finish_reasons", [])]
+    return {
+        "success_rate": float(np.mean([e.success for e in episodes])),
+        "spl": float(np.mean([e.spl for e in episodes])),
+        "moves": float(np.mean([e.num_moves for e in episodes])),
+        "invalid_turn_rate": float(np.mean([not t.valid for t in turns])) if turns else 0.0,
+        "response_tokens": float(np.mean([len(t.response_ids) for t in turns])) if turns else 0.0,
+        "prompt_tokens": float(np.mean([len(t.prompt_ids) for t in turns])) if turns else 0.0,
+        "truncated_replies": float(np.mean([r == "length" for r in reasons])) if reasons else 0.0,
+        "episodes": float(len(episodes)),
+    }

@@ -1,0 +1,160 @@
+"""LoRA weight sync through a directory: atomic, versioned, monotonic.
+
+Layout of ``sync_dir`` (default ``<run_dir>/adapter_sync``; any shared filesystem path such as
+``/shared/run42/adapters`` works the same way)::
+
+    v000001/adapter_config.json, adapter_model.safetensors
+    v000002/...
+    LATEST            # "2": written last, atomically -- the commit marker
+
+:meth:`AdapterSync.publish` writes the adapter into a hidden temp directory next to the
+final one, fsyncs it, renames it into place (atomic on POSIX), and only then replaces
+``LATEST`` (temp file + rename). A reader that follows ``LATEST`` therefore never sees a
+half-written adapter. Versions must strictly increase; old versions are pruned (the newest
+``keep`` stay, so a generator still loading the previous one is not pulled from under it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+LATEST_FILE = "LATEST"
+_VERSION_DIR = re.compile(r"^v(\d{6,})$")
+
+
+def version_dir_name(version: int) -> str:
+    """``v000042`` for version 42."""
+    return f"v{int(version):06d}"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for f in path.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(path)
+
+
+def write_adapter(source: Any, directory: Path) -> None:
+    """Write ``source`` as a PEFT adapter into ``directory``.
+
+    ``source`` may be a policy with ``save_adapter(dir)`` (``algos.policies.lm.LoRALMPolicy``),
+    a ``peft.PeftModel`` (``save_pretrained``), or a path to an existing adapter directory.
+    """
+    if hasattr(source, "save_adapter"):
+        source.save_adapter(directory)
+    elif hasattr(source, "save_pretrained") and hasattr(source, "peft_config"):
+        source.save_pretrained(str(directory), safe_serialization=True)
+    elif isinstance(source, (str, os.PathLike)):
+        src = Path(source)
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            if not (src / name).is_file():
+                raise FileNotFoundError(f"{src} is not a PEFT adapter directory ({name} missing)")
+            shutil.copy2(src / name, directory / name)
+    else:
+        raise TypeError(f"cannot publish {type(source).__name__}: pass a LoRA policy, a PeftModel or an adapter directory")
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        if not (directory / name).is_file():
+            raise RuntimeError(f"publishing wrote no {name}; is the model a PEFT LoRA model?")
+
+
+class AdapterSync:
+    """Publish and discover versioned LoRA adapters in ``sync_dir``."""
+
+    def __init__(self, sync_dir: str | os.PathLike, keep: int = 3):
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.sync_dir = Path(sync_dir)
+        self.keep = keep
+        self.last_publish_ms = 0.0
+        self.last_load_ms = 0.0
+
+    def publish(self, source: Any, version: int) -> Path:
+        """Write ``source`` as adapter ``version`` atomically; returns its directory.
+
+        Raises ``ValueError`` when ``version`` is not greater than the latest published one.
+        """
+        t0 = time.perf_counter()
+        version = int(version)
+        current = self.latest()
+        if current is not None and version <= current[0]:
+            raise ValueError(f"adapter versions must increase: {self.sync_dir} already has version {current[0]}, got {version}")
+        if version < 1:
+            raise ValueError(f"adapter versions start at 1 (0 means base weights), got {version}")
+        self.sync_dir.mkdir(parents=True, exist_ok=True)
+        final = self.sync_dir / version_dir_name(version)
+        if final.exists():  # left over from a crash after the rename but before LATEST
+            shutil.rmtree(final)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{version_dir_name(version)}-", dir=self.sync_dir))
+        try:
+            write_adapter(source, tmp)
+            _fsync_tree(tmp)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        self._write_latest(version)
+        self._prune()
+        self.last_publish_ms = (time.perf_counter() - t0) * 1e3
+        return final
+
+    def latest(self) -> tuple[int, Path] | None:
+        """``(version, directory)`` of the newest committed adapter, or ``None`` if none yet."""
+        marker = self.sync_dir / LATEST_FILE
+        try:
+            text = marker.read_text().strip()
+        except FileNotFoundError:
+            return None
+        if not text.isdigit():
+            raise RuntimeError(f"corrupt {marker}: {text!r} (expected a version number)")
+        version = int(text)
+        return version, self.sync_dir / version_dir_name(version)
+
+    def versions(self) -> list[int]:
+        """Committed-or-not version directories present, ascending."""
+        if not self.sync_dir.is_dir():
+            return []
+        found = (_VERSION_DIR.match(p.name) for p in self.sync_dir.iterdir() if p.is_dir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def pull(self, generator: Any) -> int:
+        """Load the latest adapter into ``generator`` if it is newer than what it serves; returns its version."""
+        latest = self.latest()
+        if latest is None or latest[0] <= generator.adapter_version:
+            return generator.adapter_version
+        t0 = time.perf_counter()
+        generator.load_adapter(latest[1], latest[0])
+        self.last_load_ms = (time.perf_counter() - t0) * 1e3
+        return latest[0]
+
+    def _write_latest(self, version: int) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".LATEST-", dir=self.sync_dir)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{version}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.sync_dir / LATEST_FILE)
+        _fsync_dir(self.sync_dir)
+
+    def _prune(self) -> None:
+        for version in self.versions()[: -self.keep]:
+            shutil.rmtree(self.sync_dir / version_dir_name(version), ignore_errors=True)
