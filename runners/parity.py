@@ -44,7 +44,10 @@ def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def trainer_logprobs(policy: Any, prompt_ids: list[int], response_ids: list[int], images: list[Any], reference: bool = False) -> list[float]:
-    """Log-probs of the probe reply under a trainer ``Policy`` (``evaluate``), in eval mode, no grad."""
+    """Log-probs of the probe reply under a trainer ``Policy`` (``evaluate``), in eval mode, no grad.
+
+    Scored at temperature 1, like ``Generator.score``, whatever temperature the policy trains at.
+    """
     import torch
 
     from algos.data import Turn
@@ -52,14 +55,19 @@ def trainer_logprobs(policy: Any, prompt_ids: list[int], response_ids: list[int]
     turn = Turn(prompt_ids=list(prompt_ids), response_ids=list(response_ids), images=list(images))
     model = getattr(policy, "model", None)
     was_training = bool(getattr(model, "training", False))
+    temperature = getattr(policy, "temperature", None)
     if model is not None:
         model.eval()
+    if temperature is not None:
+        policy.temperature = 1.0
     try:
         with torch.no_grad():
             out = policy.evaluate([turn], reference=reference)
     finally:
         if model is not None and was_training:
             model.train()
+        if temperature is not None:
+            policy.temperature = temperature
     return out.logprobs[0, : len(response_ids)].float().tolist()
 
 

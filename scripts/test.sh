@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-export OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
+export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 exec .venv/bin/pytest -q "$@"

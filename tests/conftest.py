@@ -3,5 +3,5 @@
 import os
 
 # Keep torch and BLAS from oversubscribing the 2-core CI machines.
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,23 @@
+"""The algorithm zoo: GRPO (default), Dr.GRPO, DAPO, RLOO and PPO behind one registry.
+
+``import algos`` is torch-free; torch is imported when an algorithm or policy is first used::
+
+    import algos
+    algo = algos.make("grpo", policy, lr=1e-5)   # algos.DEFAULT == "grpo"
+    metrics = algo.update(episodes)              # list[algos.data.Episode]
+"""
+
+from algos.data import Episode, Turn
+from algos.registry import DEFAULT, available, config_class, get, make, make_config, register
+
+__all__ = [
+    "DEFAULT",
+    "Episode",
+    "Turn",
+    "available",
+    "config_class",
+    "get",
+    "make",
+    "make_config",
+    "register",
+]

@@ -1,0 +1,302 @@
+"""The shared update loop: advantages -> epochs x minibatches -> one optimizer step each.
+
+An algorithm subclass (one file each: ``grpo.py``, ``ppo.py``, ...) supplies a ``Config``
+dataclass and :meth:`Algorithm.compute_advantages`; PPO also extends the loss with a value
+term. Everything else (old/reference log-probs, zero-variance filtering, gradient
+accumulation, clipping, diagnostics, checkpoint state) lives here, once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from algos import advantages as adv_lib
+from algos import losses
+from algos.data import Episode, Turn
+from algos.policy import Policy, PolicyOutput, response_mask, rollout_logprobs
+
+
+@dataclass
+class AlgorithmConfig:
+    """Hyperparameters shared by every algorithm (defaults suit a LoRA LM policy)."""
+
+    lr: float = 1e-5
+    """AdamW learning rate (LoRA LMs: 1e-5..5e-5; the small MazeNetPolicy: ~1e-3)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_updates: int = 0
+    """Linear learning-rate warmup over this many calls to ``update`` (then constant)."""
+    epochs: int = 1
+    """Passes over each batch of experience (>1 reuses samples; the clip keeps it safe)."""
+    minibatch_size: int = 0
+    """Turns (rows) per optimizer step; 0 = the whole batch in one step."""
+    micro_batch_size: int = 0
+    """Turns per forward/backward inside a minibatch (gradient accumulation); 0 = minibatch."""
+    clip_eps_low: float = 0.2
+    """PPO clip: the ratio is clipped below at ``1 - clip_eps_low``."""
+    clip_eps_high: float = 0.2
+    """PPO clip: the ratio is clipped above at ``1 + clip_eps_high`` (DAPO's clip-higher: 0.28)."""
+    dual_clip: float | None = 3.0
+    """Dual-clip constant c > 1: caps the loss of negative-advantage tokens at -c*A (None disables)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL penalty to the reference policy (0 disables it and its forward pass)."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (subtracted from the loss)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value (<= 0 disables clipping)."""
+    loss_agg: str = "seq-mean-token-mean"
+    """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum-norm (a row = one turn)."""
+    max_len: int | None = None
+    """Constant normaliser for seq-mean-token-sum-norm (your generation budget); None = longest response in the batch."""
+    old_logprobs: str = "recompute"
+    """Where the ratio's denominator comes from: "recompute" (trainer forward before the update; robust to sampler/trainer numeric mismatch) or "rollout" (``Turn.logprobs``)."""
+    turn_credit: bool = False
+    """Credit each turn with its discounted return-to-go instead of the whole episode return."""
+    gamma: float = 1.0
+    """Discount for turn-level credit (and GAE)."""
+    turn_baseline: str = "episode"
+    """Turn-level credit baseline: "episode" (group stats of whole-episode returns; unbiased) or "turn_index" (group stats at the same turn index; lower variance, biased when the policy controls episode length, verl#7244)."""
+    filter_zero_variance: bool = False
+    """Drop groups whose returns are all equal before the update (DAPO dynamic sampling)."""
+    seed: int = 0
+    """Seed of the minibatch shuffling generator."""
+
+
+ADDITIVE_METRICS = frozenset({"pg_loss", "kl", "entropy", "value_loss"})
+"""Metrics computed with the minibatch normaliser: micro-batch values add up to the minibatch's."""
+
+
+def episode_turns(episodes: Sequence[Episode]) -> tuple[list[Turn], torch.Tensor]:
+    """Flatten episodes into their trainable turns, plus the episode index of each turn."""
+    turns, owner = [], []
+    for i, ep in enumerate(episodes):
+        for turn in ep.turns:
+            turns.append(turn)
+            owner.append(i)
+    return turns, torch.tensor(owner, dtype=torch.long)
+
+
+class Algorithm:
+    """Base class: subclasses set ``Config`` and implement :meth:`compute_advantages`."""
+
+    Config = AlgorithmConfig
+    name = "base"
+
+    def __init__(self, policy: Policy, config: AlgorithmConfig | None = None):
+        self.policy = policy
+        self.config = config if config is not None else self.Config()
+        self.validate_config()
+        params = list(policy.trainable_parameters())
+        if not params:
+            raise ValueError("the policy has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        warmup = max(self.config.warmup_updates, 0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        self.num_updates = 0
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+
+    # ----------------------------------------------------------------- hooks for subclasses
+    def validate_config(self) -> None:
+        """Fail fast on settings that cannot work, with a message saying what to fix."""
+        c = self.config
+        if c.loss_agg not in losses.AGG_MODES:
+            raise ValueError(f"loss_agg={c.loss_agg!r}; choose one of {losses.AGG_MODES}")
+        if c.old_logprobs not in ("recompute", "rollout"):
+            raise ValueError(f"old_logprobs={c.old_logprobs!r}; choose 'recompute' or 'rollout'")
+        if c.epochs < 1 or c.minibatch_size < 0 or c.micro_batch_size < 0:
+            raise ValueError("epochs must be >= 1, minibatch_size and micro_batch_size >= 0")
+        if c.dual_clip is not None and c.dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
+        if c.turn_baseline not in ("episode", "turn_index"):
+            raise ValueError(f"turn_baseline={c.turn_baseline!r}; choose 'episode' or 'turn_index'")
+        if c.lr <= 0:
+            raise ValueError(f"lr must be positive, got {c.lr}")
+
+    def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-turn advantages [N] (turns in episode order) and optional value targets [N]."""
+        raise NotImplementedError
+
+    def group_relative_advantages(self, episodes: Sequence[Episode], estimator: str, norm_by_std: bool = True) -> torch.Tensor:
+        """Shared by GRPO/Dr.GRPO/DAPO/RLOO: episode-level advantages broadcast to turns, or
+        turn-level credit (:func:`algos.advantages.turn_level_advantages`) when enabled."""
+        group_ids = torch.tensor([ep.group_id for ep in episodes])
+        if self.config.turn_credit:
+            if estimator == "rloo":
+                raise ValueError("turn_credit is implemented for the grpo-style estimators, not rloo")
+            per_ep = adv_lib.turn_level_advantages(
+                [[t.reward for t in ep.turns] for ep in episodes], group_ids.tolist(),
+                gamma=self.config.gamma, norm_by_std=norm_by_std, baseline=self.config.turn_baseline,
+            )
+            return torch.cat(per_ep) if per_ep else torch.zeros(0)
+        returns = torch.tensor([ep.episode_return for ep in episodes])
+        if estimator == "rloo":
+            ep_adv = adv_lib.rloo_advantages(returns, group_ids)
+        else:
+            ep_adv = adv_lib.grpo_advantages(returns, group_ids, norm_by_std=norm_by_std)
+        return torch.cat([ep_adv[i].repeat(len(ep.turns)) for i, ep in enumerate(episodes)]) if episodes else torch.zeros(0)
+
+    def compute_loss(self, out: PolicyOutput, batch: dict[str, torch.Tensor], totals: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Policy loss (+ KL, - entropy) on one micro-batch; PPO adds its value loss."""
+        c = self.config
+        length = out.logprobs.shape[1]
+        mask = out.mask
+        agg_kw = dict(agg=c.loss_agg, max_len=totals["max_len"], total_tokens=totals["tokens"], total_seqs=totals["seqs"])
+        loss, metrics = losses.ppo_clip_loss(
+            out.logprobs, batch["old_logprobs"][:, :length], batch["advantages"], mask,
+            eps_low=c.clip_eps_low, eps_high=c.clip_eps_high, dual_clip=c.dual_clip, **agg_kw,
+        )
+        # Keys in ADDITIVE_METRICS are this micro-batch's share of the minibatch value.
+        metrics["pg_loss"] = loss.item()
+        if c.kl_coef > 0:
+            kl = losses.aggregate(losses.k3_kl(out.logprobs, batch["ref_logprobs"][:, :length]), mask, **agg_kw)
+            loss = loss + c.kl_coef * kl
+            metrics["kl"] = kl.item()
+        if out.entropy is not None:
+            ent = losses.aggregate(out.entropy, mask, **agg_kw)
+            if c.entropy_coef:
+                loss = loss - c.entropy_coef * ent
+            metrics["entropy"] = ent.item()
+        return loss, metrics
+
+    # ----------------------------------------------------------------------- the update
+    @torch.no_grad()
+    def score_batch(self, turns: list[Turn]) -> dict[str, torch.Tensor]:
+        """Old log-probs, reference log-probs and old values for all turns, before any step."""
+        c = self.config
+        length = max((len(t.response_ids) for t in turns), default=0)
+        batch: dict[str, torch.Tensor] = {"mask": response_mask(turns, length)}
+        rollout = rollout_logprobs(turns, length)
+        need_forward = c.old_logprobs == "recompute" or self.policy.has_value_head
+        if need_forward:
+            outs = [self.policy.evaluate(chunk) for chunk in self._chunks(turns)]
+            recomputed = _cat_padded([o.logprobs for o in outs], length)
+            if self.policy.has_value_head:
+                batch["old_values"] = torch.cat([o.values for o in outs]).float()
+        batch["old_logprobs"] = recomputed if c.old_logprobs == "recompute" else rollout
+        has_rollout = torch.tensor([len(t.logprobs) > 0 for t in turns])[:, None] * batch["mask"]
+        if need_forward and has_rollout.sum() > 0:
+            diff = (recomputed - rollout).abs()
+            batch["rollout_logprob_diff"] = losses.masked_mean(diff, has_rollout)
+        if c.kl_coef > 0:
+            refs = [self.policy.evaluate(chunk, reference=True).logprobs for chunk in self._chunks(turns)]
+            batch["ref_logprobs"] = _cat_padded(refs, length)
+        return batch
+
+    def _chunks(self, turns: list[Turn]) -> list[list[Turn]]:
+        size = self.config.micro_batch_size or self.config.minibatch_size or len(turns)
+        return [turns[i : i + size] for i in range(0, len(turns), size)]
+
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        """One training step on a batch of episodes; returns metrics (see module docstring)."""
+        c = self.config
+        episodes = [ep for ep in episodes if ep.turns]
+        returns = torch.tensor([ep.episode_return for ep in episodes], dtype=torch.float64)
+        group_ids = torch.tensor([ep.group_id for ep in episodes])
+        metrics: dict[str, float] = dict(losses.group_diagnostics(returns, group_ids))
+        metrics["return_mean"] = returns.mean().item() if len(episodes) else 0.0
+        metrics["success_rate"] = sum(ep.success for ep in episodes) / max(len(episodes), 1)
+        if c.filter_zero_variance and episodes:
+            keep = losses.zero_variance_mask(returns, group_ids)
+            episodes = [ep for ep, k in zip(episodes, keep.tolist()) if k]
+        metrics["kept_episode_frac"] = len(episodes) / max(len(returns), 1)
+
+        turns, _ = episode_turns(episodes)
+        turns_idx = [i for i, t in enumerate(turns) if t.response_ids]
+        if not turns_idx:
+            return self._skipped(metrics)
+        batch = self.score_batch(turns)
+        advantages, value_targets = self.compute_advantages(episodes, batch.get("old_values"))
+        batch["advantages"] = advantages.float()
+        if value_targets is not None:
+            batch["returns"] = value_targets.float()
+        metrics["adv_abs_mean"] = advantages.abs().mean().item()
+        if "rollout_logprob_diff" in batch:
+            metrics["rollout_logprob_diff"] = batch.pop("rollout_logprob_diff").item()
+        max_len = c.max_len or batch["mask"].shape[1]
+
+        sums: dict[str, float] = defaultdict(float)
+        steps = 0
+        index = torch.tensor(turns_idx)
+        mb_size = c.minibatch_size or len(index)
+        for _ in range(c.epochs):
+            order = index[torch.randperm(len(index), generator=self.generator)]
+            for start in range(0, len(order), mb_size):
+                step_metrics = self._optimizer_step(turns, batch, order[start : start + mb_size], max_len)
+                for k, v in step_metrics.items():
+                    sums[k] += v
+                steps += 1
+        self.scheduler.step()
+        self.num_updates += 1
+        metrics.update({k: v / steps for k, v in sums.items()})
+        metrics["loss"] = metrics.pop("total_loss")
+        metrics.setdefault("entropy", float("nan"))
+        metrics.update(num_turns=float(len(turns_idx)), num_tokens=float(batch["mask"].sum().item()),
+                       optimizer_steps=float(steps), lr=self.scheduler.get_last_lr()[0], skipped=0.0)
+        return metrics
+
+    def _optimizer_step(self, turns: list[Turn], batch: dict[str, torch.Tensor], rows: torch.Tensor, max_len: int) -> dict[str, float]:
+        """Gradient accumulation over micro-batches of ``rows``, then one clipped step."""
+        c = self.config
+        mask = batch["mask"][rows]
+        tokens = mask.sum().item()
+        seqs = float((mask.sum(1) > 0).sum().item()) if c.loss_agg == "seq-mean-token-mean" else float(len(rows))
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = defaultdict(float)
+        micro = c.micro_batch_size or len(rows)
+        total_loss = 0.0
+        for start in range(0, len(rows), micro):
+            sub = rows[start : start + micro]
+            totals = {"tokens": tokens, "seqs": seqs, "max_len": max_len}
+            out = self.policy.evaluate([turns[i] for i in sub.tolist()])
+            sub_batch = {k: v[sub] for k, v in batch.items() if k != "mask"}
+            loss, m = self.compute_loss(out, sub_batch, totals)
+            loss.backward()
+            total_loss += loss.item()
+            weight = len(sub) / len(rows)
+            for k, v in m.items():
+                sums[k] += v if k in ADDITIVE_METRICS else v * weight
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        clip = c.max_grad_norm if c.max_grad_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        self.optimizer.step()
+        sums["grad_norm"] = float(grad_norm)
+        sums["total_loss"] = total_loss
+        return sums
+
+    def _skipped(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Metrics for an update with nothing to train on (e.g. every group filtered out)."""
+        metrics.update(loss=0.0, pg_loss=0.0, clip_frac=0.0, approx_kl=0.0, grad_norm=0.0,
+                       entropy=float("nan"), num_turns=0.0, num_tokens=0.0, optimizer_steps=0.0, skipped=1.0)
+        if self.config.kl_coef > 0:
+            metrics["kl"] = 0.0
+        return metrics
+
+    # ------------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler and RNG state (the policy saves its own weights)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "num_updates": self.num_updates,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (call after restoring the policy's weights)."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.num_updates = int(state["num_updates"])
+        self.generator.set_state(state["generator"])
+
+
+def _cat_padded(chunks: list[torch.Tensor], length: int) -> torch.Tensor:
+    """Concatenate [b_i, L_i] tensors along rows, right-padding each to ``length`` with zeros."""
+    padded = [torch.nn.functional.pad(x.float(), (0, length - x.shape[1])) for x in chunks]
+    return torch.cat(padded) if padded else torch.zeros(0, length)

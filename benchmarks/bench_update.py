@@ -1,0 +1,105 @@
+"""Update throughput of the algorithm zoo on CPU: samples/s, tokens/s and peak memory.
+
+Run (pytest-benchmark; the project's addopts disable benchmarks by default)::
+
+    OMP_NUM_THREADS=1 .venv/bin/pytest benchmarks/bench_update.py --benchmark-enable -q -s
+
+Each benchmark times one ``algo.update(episodes)`` (advantages, old-logprob recompute, one
+epoch, optimizer step) on a fixed synthetic batch and prints a JSON line with samples/s
+(turns per second), tokens/s (scored response tokens per second) and peak memory: the Python
+heap peak from ``tracemalloc`` during the update and the process max RSS from ``getrusage``.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+
+import algos
+from algos.data import Episode, Turn
+
+
+def _report(name: str, episodes: list[Episode], update) -> dict:
+    turns = sum(len(ep.turns) for ep in episodes)
+    tokens = sum(len(t.response_ids) for ep in episodes for t in ep.turns)
+    tracemalloc.start()
+    start = time.perf_counter()
+    update(episodes)
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    row = {
+        "bench": name, "turns": turns, "tokens": tokens, "seconds": round(seconds, 4),
+        "samples_per_s": round(turns / seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
+        "py_heap_peak_mib": round(peak / 2**20, 2),
+        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    print(json.dumps(row))
+    return row
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def net_episodes(grid: int = 11, groups: int = 16, group_size: int = 8, turns: int = 20) -> list[Episode]:
+    """Synthetic network-policy episodes: one maze layout per group, varied agent squares."""
+    rng = np.random.default_rng(0)
+    episodes = []
+    for g in range(groups):
+        walls = (rng.random((grid, grid)) < 0.4).astype(np.float32)
+        for k in range(group_size):
+            ep = Episode(group_id=g)
+            for t in range(turns):
+                x = np.zeros((3, grid, grid), dtype=np.float32)
+                x[0] = walls
+                x[1, grid - 2, grid - 2] = 1
+                x[2, rng.integers(1, grid - 1), rng.integers(1, grid - 1)] = 1
+                ep.turns.append(Turn(response_ids=[int(rng.integers(4))], logprobs=[-1.386], observation={"x": x},
+                                     reward=float(rng.random() < 0.1)))
+            episodes.append(ep)
+    return episodes
+
+
+@pytest.mark.parametrize("name", ["grpo", "ppo"])
+def test_bench_network_policy_update(benchmark, name):
+    from algos.policies.net import MazeNetPolicy
+
+    torch.manual_seed(0)
+    policy = MazeNetPolicy(11)
+    algo = algos.make(name, policy, lr=1e-3, epochs=1, minibatch_size=1024)
+    episodes = net_episodes()
+    _report(f"net-{name}", episodes, algo.update)
+    benchmark.pedantic(algo.update, args=(episodes,), rounds=3, iterations=1)
+
+
+def test_bench_tiny_lora_lm_update(benchmark):
+    transformers = pytest.importorskip("transformers")
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024)
+    policy = LoRALMPolicy(transformers.Qwen2ForCausalLM(config), LoRAConfig(rank=32, alpha=64), micro_batch_size=8)
+    algo = algos.make("grpo", policy, lr=1e-5, micro_batch_size=8)
+    rng = np.random.default_rng(0)
+    episodes = []
+    for g in range(4):  # 4 mazes x 4 rollouts x 2 turns, 128-token prompts, 32-token responses
+        for k in range(4):
+            ep = Episode(group_id=g)
+            for t in range(2):
+                ep.turns.append(Turn(prompt_ids=rng.integers(0, 256, 128).tolist(), response_ids=rng.integers(0, 256, 32).tolist(),
+                                     logprobs=[-5.5] * 32, reward=float(rng.random() < 0.5)))
+            episodes.append(ep)
+    _report("lora-lm-grpo", episodes, algo.update)
+    benchmark.pedantic(algo.update, args=(episodes,), rounds=2, iterations=1)
