@@ -1,0 +1,124 @@
+"""Ray runner benchmark: step-time breakdown, throughput and adapter-sync latency, 1 vs N workers.
+
+Runs the same small GRPO job (tiny text model, no SFT, zero-variance filter off so every step
+really updates) with the local runner and with the Ray runner on 1..N CPU workers, then
+prints per-phase seconds per step (generate / update / sync / checkpoint), sync publish and
+load latency, and episodes per second::
+
+    .venv/bin/python benchmarks/bench_ray.py --workers 1 2 --steps 4
+    .venv/bin/python benchmarks/bench_ray.py --json bench_ray.json
+
+The first step of every run (engine warm-up) is excluded from the averages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def job_overrides(run_dir: Path, steps: int, mazes: int, group: int) -> list[str]:
+    """The benchmark job: tiny text LM from scratch, every step updates, checkpoint every step."""
+    return [f"run_dir={run_dir}", "sft.enabled=never", "logging.progress=false", f"loop.steps={steps}",
+            f"loop.mazes_per_step={mazes}", f"rollout.group_size={group}", "eval.every=0", "eval.before_rl=false",
+            "checkpoint.every=1", "algo.filter_zero_variance=false", "loop.num_threads=1"]
+
+
+def summarize_run(run_dir: Path, wall: float) -> dict[str, float]:
+    """Mean per-step phase seconds (step 1 and the final eval excluded), sync latencies and throughput of one run."""
+    from runners.metrics import read_jsonl
+
+    recs = [r for r in read_jsonl(run_dir / "metrics.jsonl", phase="rl") if r["step"] > 1]
+    if not recs:
+        raise RuntimeError(f"{run_dir}: need at least 2 steps to benchmark")
+
+    def mean(key: str) -> float:
+        values = [r[key] for r in recs if key in r]
+        return statistics.fmean(values) if values else float("nan")
+
+    # The step time of training proper: the final evaluation is reported on its own.
+    step_s = statistics.fmean(sum(v for k, v in r.items() if k.startswith("time/") and k != "time/eval") for r in recs)
+    episodes = statistics.fmean(r["rollout/episodes"] for r in recs)
+    return {
+        "step_s": step_s, "generate_s": mean("time/generate"), "update_s": mean("time/update"),
+        "sync_s": mean("time/sync"), "checkpoint_s": mean("time/checkpoint"), "final_eval_s": recs[-1].get("time/eval", float("nan")),
+        "sync_publish_s": mean("sync/publish_s"), "sync_load_s": mean("sync/load_s"),
+        "episodes_per_s": episodes / step_s, "gen_episodes_per_s": episodes / mean("time/generate"),
+        "wall_s_total": wall,
+    }
+
+
+def run_local(base: Path, args: argparse.Namespace) -> dict[str, float]:
+    """The local runner on the benchmark job."""
+    from runners import local
+    from runners.config import apply_overrides
+    from runners.presets import get_preset
+
+    run_dir = base / "local"
+    cfg = apply_overrides(get_preset("cpu-tiny"), job_overrides(run_dir, args.steps, args.mazes, args.group))
+    t0 = time.perf_counter()
+    local.train(cfg, log=lambda m: None)
+    return summarize_run(run_dir, time.perf_counter() - t0)
+
+
+def run_ray(base: Path, workers: int, args: argparse.Namespace) -> dict[str, float]:
+    """The Ray runner on the benchmark job with ``workers`` worker bundles."""
+    from runners import ray_runner
+    from runners.config import apply_overrides
+    from runners.presets import get_preset
+
+    run_dir = base / f"ray{workers}"
+    cfg = apply_overrides(get_preset("cpu-tiny"), job_overrides(run_dir, args.steps, args.mazes, args.group)
+                          + ["runner.kind=ray", f"runner.num_workers={workers}"])
+    t0 = time.perf_counter()
+    ray_runner.train(cfg, log=lambda m: None)
+    return summarize_run(run_dir, time.perf_counter() - t0)
+
+
+def format_table(rows: dict[str, dict[str, float]]) -> str:
+    """A readable table, one row per runner configuration."""
+    cols = ["step_s", "generate_s", "update_s", "sync_s", "checkpoint_s", "sync_publish_s", "sync_load_s", "episodes_per_s",
+            "final_eval_s"]
+    out = [f"{'runner':<10}" + "".join(f"{c:>16}" for c in cols)]
+    for name, row in rows.items():
+        out.append(f"{name:<10}" + "".join(f"{row[c]:>16.3f}" for c in cols))
+    return "\n".join(out)
+
+
+def main() -> None:
+    """Parse arguments, run every configuration, print the table (and write JSON)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Ray worker counts to run")
+    parser.add_argument("--steps", type=int, default=4, help="RL steps per run (the first is warm-up)")
+    parser.add_argument("--mazes", type=int, default=4, help="maze groups per step (split over workers)")
+    parser.add_argument("--group", type=int, default=8, help="episodes per maze group")
+    parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
+    parser.add_argument("--no-local", action="store_true", help="skip the local-runner baseline")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = parser.parse_args()
+
+    import ray
+
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_ray_") as tmp:
+        base = Path(tmp)
+        if not args.no_local:
+            rows["local"] = run_local(base, args)
+        for workers in args.workers:
+            rows[f"ray x{workers}"] = run_ray(base, workers, args)
+    ray.shutdown()
+    print(f"{args.mazes} maze groups x {args.group} episodes per step, {args.steps} steps (step 1 excluded), "
+          f"{args.cpus} CPUs for Ray")
+    print(format_table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

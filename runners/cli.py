@@ -1,0 +1,438 @@
+"""The ``mazegym`` command line: sft, train, eval, play, export.
+
+Configuration is layered: a preset (``--preset``, default ``cpu-tiny``), then config files
+(``--config a.yaml --config b.json``), then ``key=value`` overrides (``rollout.group_size=8``).
+Every key and value is checked before any work starts. ``mazegym train --help`` lists every
+key with its current value and help text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = """\
+mazegym: train LLM / VLM agents to solve mazes with SFT then RL (GRPO by default).
+
+The main job, on CPU with a tiny local model (no downloads, no GPU):
+
+    mazegym train                      # SFT (if no SFT checkpoint yet) -> GRPO -> before/after table
+
+Typical commands:
+
+    mazegym train --preset cpu-tiny-vlm                       # the visual row: tiny VLM on maze images
+    mazegym train rollout.group_size=8 algo.lr=1e-4 loop.steps=100
+    mazegym train --config my.yaml --resume none              # config file, fresh start
+    mazegym train --preset qwen3-vl-8b-lora32 --dry-run       # validate the 6-GPU recipe, print the plan
+    mazegym sft sft.steps=500                                 # only the supervised stage
+    mazegym eval --run-dir runs/cpu-tiny                      # evaluate the latest checkpoint
+    mazegym play --size 9                                     # play a maze yourself in the terminal
+    mazegym export --run-dir runs/cpu-tiny --merged           # adapter (+ merged model) for vLLM / transformers
+    mazegym presets                                           # list presets
+
+Overrides are KEY=VALUE with dotted keys; `mazegym train --help` lists them all.
+"""
+
+COMMON_EPILOG = "Config keys (KEY=VALUE overrides; values shown for preset {preset}):\n"
+
+
+# --------------------------------------------------------------------------- config assembly
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default=None, help="named preset to start from (default: cpu-tiny; see `mazegym presets`)")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE",
+                        help="YAML or JSON config file, nested like the keys below (repeatable; applied in order)")
+    parser.add_argument("--run-dir", default=None, help="run directory (same as run_dir=...)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, e.g. rollout.group_size=8")
+
+
+def build_config(args: argparse.Namespace):
+    """Preset -> config files -> --run-dir / --resume -> KEY=VALUE overrides."""
+    from runners.config import apply_overrides, load_config_file
+    from runners.presets import DEFAULT_PRESET, get_preset
+
+    config = get_preset(args.preset or DEFAULT_PRESET)
+    for path in args.config:
+        load_config_file(config, path)
+    if args.run_dir:
+        config.run_dir = args.run_dir
+    if getattr(args, "resume", None):
+        config.checkpoint.resume = args.resume
+    apply_overrides(config, list(args.overrides))
+    return config
+
+
+def _fields_help(preset: str) -> str:
+    from runners.config import describe_fields
+    from runners.presets import get_preset
+
+    rows = describe_fields(get_preset(preset))
+    out = [COMMON_EPILOG.format(preset=preset)]
+    section = None
+    for key, value, doc in rows:
+        head = key.split(".")[0] if "." in key else ""
+        if head != section:
+            section = head
+            out.append(f"\n  [{head or 'run'}]")
+        out.append(f"  {key} = {value}")
+        if doc:
+            out.append(textwrap.fill(doc, width=100, initial_indent="      ", subsequent_indent="      "))
+    out.append("\n  algo.<field>: any hyperparameter of the chosen algorithm, e.g. algo.lr, algo.clip_eps_high,"
+               "\n      algo.kl_coef, algo.entropy_coef (see `mazegym presets --algo grpo`).")
+    return "\n".join(out)
+
+
+def _preset_from_argv(argv: list[str]) -> str:
+    for i, a in enumerate(argv):
+        if a == "--preset" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--preset="):
+            return a.split("=", 1)[1]
+    return "cpu-tiny"
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_train(args: argparse.Namespace) -> int:
+    """SFT when needed, then RL; prints the before/after table and artifact paths."""
+    from runners.config import validate
+
+    config = build_config(args)
+    if args.dry_run:
+        return print_plan(config)
+    validate(config)
+    if config.runner.kind == "ray":
+        try:
+            from runners import ray_runner
+        except ImportError as exc:
+            raise SystemExit(f"runner.kind=ray needs ray (pip install 'ray[default]'): {exc}")
+        if not hasattr(ray_runner, "train"):
+            raise SystemExit("runner.kind=ray: runners.ray_runner.train is not available in this build; use runner.kind=local")
+        result = ray_runner.train(config)
+    else:
+        from runners.local import train
+
+        result = train(config)
+    from runners.local import report
+
+    print(report(result) if hasattr(result, "table") else result, flush=True)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    """Only the supervised stage; evaluates the result on the fixed set."""
+    from runners.config import validate
+    from runners.evaluate import format_table, write_json
+    from runners.local import build_generator, eval_step, prepare_base_model, run_sft, set_threads
+
+    config = build_config(args)
+    validate(config)
+    set_threads(config)
+    target = run_sft(config)
+    if args.no_eval:
+        return 0
+    if config.sft.mode == "full":
+        generator = build_generator(config, target)
+    else:
+        generator = build_generator(config, prepare_base_model(config), target)
+    result = eval_step(generator, config)
+    write_json(Path(target).parent / "eval_sft.json", result)
+    print(format_table({"SFT": result}))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate a checkpoint, an adapter or a model on the fixed set (and held-out sets)."""
+    from runners.checkpoint import CheckpointManager
+    from runners.config import validate
+    from runners.evaluate import format_table, write_json
+    from runners.local import build_generator, eval_step, find_sft_checkpoint, prepare_base_model, set_threads
+
+    config = build_config(args)
+    validate(config)
+    set_threads(config)
+    if args.temperature is not None:
+        config.eval.temperature = args.temperature
+    run_dir = Path(config.run_dir)
+    adapter = Path(args.adapter) if args.adapter else None
+    if args.checkpoint:
+        ckpt = CheckpointManager(run_dir / "checkpoints").resolve(args.checkpoint)
+        if ckpt is None:
+            raise SystemExit(f"no valid checkpoint in {run_dir / 'checkpoints'}; train first or pass --adapter/--model")
+        adapter = ckpt / "adapter"
+    model_dir = Path(args.model) if args.model else None
+    if model_dir is None:
+        sft = find_sft_checkpoint(config) if config.sft.enabled != "never" else None
+        model_dir = sft if sft is not None and (sft / "config.json").is_file() else prepare_base_model(config)
+        if adapter is None and sft is not None and not (sft / "config.json").is_file():
+            adapter = sft
+    if not (model_dir / "config.json").is_file():
+        raise SystemExit(f"--model {model_dir} is not a model directory (no config.json)")
+    generator = build_generator(config, model_dir, adapter)
+    sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
+    results = {name: eval_step(generator, config, name) for name in sets}
+    label = f"{'adapter ' + str(adapter) if adapter else 'model ' + str(model_dir)}"
+    out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
+    write_json(out, {"model": str(model_dir), "adapter": str(adapter) if adapter else None, "results": results})
+    print(f"Evaluated {label}")
+    print(format_table(results))
+    print(f"JSON: {out}")
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    """A person plays a maze in the terminal (w/a/s/d or words) or in a window."""
+    return play(size=args.size, max_moves=args.max_moves, seed=args.seed, eval_set=args.eval_set, index=args.index,
+                window=args.window)
+
+
+KEYS = {"w": 1, "up": 1, "k": 1, "a": 2, "left": 2, "h": 2, "s": 3, "down": 3, "j": 3, "d": 0, "right": 0, "l": 0}
+"""Keys a person can type in `mazegym play` -> env action (0=right 1=up 2=left 3=down)."""
+
+
+def play(size: int = 9, max_moves: int | None = None, seed: int | None = None, eval_set: str | None = None, index: int = 0,
+         window: bool = False, input_fn=input, out=print) -> int:
+    """Play one maze interactively; returns 0 when solved, 1 otherwise."""
+    import mazegym
+    from mazegym.envs.vismaze import VisMazeEnv
+    from mazegym.evalsets import EVAL_SETS, load_eval_set
+
+    options = None
+    if eval_set:
+        mazes = load_eval_set(eval_set)
+        if not 0 <= index < len(mazes):
+            raise ValueError(f"--index must be in 0..{len(mazes) - 1}")
+        size, max_moves = mazes[index].size, max_moves or EVAL_SETS[eval_set].max_moves
+        options = {"maze": mazes[index]}
+    if max_moves is None:
+        known = [kw["max_moves"] for kw in mazegym.PRESETS.values() if kw["size"] == size]
+        max_moves = known[0] if known else 2 * size
+    env = VisMazeEnv(size=size, max_moves=max_moves, obs_mode="both" if window else "text")
+    obs, info = env.reset(seed=seed, options=options)
+    viewer = _Viewer() if window else None
+    out(f"Reach G from A in at most {max_moves} moves (shortest: {info['optimal_moves']}). w/a/s/d or words; q quits.")
+    while True:
+        out(obs["text"])
+        if viewer is not None:
+            viewer.show(obs["image"])
+        key = input_fn(f"move {info['moves'] + 1}/{max_moves}> ").strip().lower()
+        if key in ("q", "quit", "exit"):
+            out("Bye.")
+            return 1
+        if key not in KEYS:
+            out("Type w (up), a (left), s (down), d (right) or q.")
+            continue
+        obs, reward, terminated, truncated, info = env.step(KEYS[key])
+        out(info["feedback"])
+        if terminated or truncated:
+            out(obs["text"])
+            solved = bool(info["is_success"])
+            out(f"{'Solved' if solved else 'Not solved'} in {info['moves']} moves (shortest {info['optimal_moves']}).")
+            return 0 if solved else 1
+
+
+class _Viewer:
+    """A small tkinter window showing the image observation."""
+
+    def __init__(self) -> None:
+        try:
+            import tkinter as tk
+        except ImportError:
+            raise SystemExit("--window needs tkinter (apt install python3-tk); play in the terminal without --window")
+        try:
+            self.root = tk.Tk()
+        except Exception as exc:
+            raise SystemExit(f"--window: cannot open a window ({exc}); play in the terminal without --window")
+        self.root.title("mazegym play")
+        self.label = tk.Label(self.root)
+        self.label.pack()
+
+    def show(self, image) -> None:
+        """Display an HxWx3 uint8 frame."""
+        from PIL import Image, ImageTk
+
+        self.photo = ImageTk.PhotoImage(Image.fromarray(image).resize((image.shape[1] * 2, image.shape[0] * 2), Image.NEAREST))
+        self.label.configure(image=self.photo)
+        self.root.update()
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write the adapter (and optionally a merged model) for vLLM or transformers."""
+    from runners.export import export
+
+    config = build_config(args)
+    out = export(config, checkpoint=args.checkpoint, out_dir=args.out, merged=args.merged)
+    print(f"Exported to {out}\n" + (out / "SERVING.md").read_text())
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    """List presets (and, with --algo, an algorithm's hyperparameters)."""
+    from runners.config import describe_fields
+    from runners.presets import PRESETS
+
+    if args.algo:
+        import algos
+
+        cls = algos.config_class(args.algo)
+        for key, value, doc in describe_fields(cls()):
+            print(f"algo.{key} = {value}\n    {doc}")
+        return 0
+    for name, fn in PRESETS.items():
+        doc = (fn.__doc__ or "").strip().splitlines()[0]
+        print(f"{name:<22} {doc}")
+    return 0
+
+
+def print_plan(config) -> int:
+    """--dry-run: validate without loading a model or needing a GPU, then print the resolved plan."""
+    from runners.config import describe_fields, validate
+
+    problems = []
+    validate(config, need_model=False)
+    model_ok = not config.model.path or (Path(config.model.path).expanduser() / "config.json").is_file()
+    if not model_ok:
+        problems.append(f"model.path={config.model.path} has no config.json on this machine: a real run needs the "
+                        f"checkpoint there (or set model.path / MAZEGYM_QWEN3_VL_8B)")
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        gpus = 0
+    if config.runner.num_gpus > gpus:
+        problems.append(f"runner.num_gpus={config.runner.num_gpus} but {gpus} GPU(s) are visible here (fine for a dry run)")
+    r, loop = config.rollout, config.loop
+    episodes = loop.mazes_per_step * r.group_size
+    lines = [
+        f"Plan for preset {config.preset!r} (dry run: nothing loaded, nothing trained)",
+        f"  model        {config.model.path or 'tiny ' + config.model.tiny + ' model built into ' + config.run_dir + '/base_model'}"
+        f" ({config.model.dtype} on {config.model.device})",
+        f"  stages       " + ("SFT (" + config.sft.mode + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
+                              if config.sft.enabled != "never" else "no SFT (model.path is the start) -> ")
+        + f"RL {config.algo.name} for {loop.steps} steps",
+        f"  adapter      LoRA rank {config.lora.rank}, alpha {config.lora.alpha}, "
+        f"targets {config.lora.target_modules or 'all language-model linear layers (vision tower excluded)'}",
+        f"  algorithm    {config.algo.name} {json.dumps(config.algo.params)}",
+        f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= {r.max_moves} turns each,"
+        f" obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
+        f"  generation   backend {loop.backend}" + (f", vLLM gpu_memory_utilization {config.runner.vllm_gpu_memory_utilization}" if loop.backend == "vllm" else ""),
+        f"  runner       {config.runner.kind}: {config.runner.num_workers} worker(s), {config.runner.num_gpus} GPU(s)"
+        + (" -- one colocated vLLM engine + one training rank per GPU, LoRA synced through the shared run dir" if config.runner.kind == "ray" else ""),
+        f"  eval         greedy on {config.maze.eval_set} (64 fixed {config.maze.size}x{config.maze.size} mazes) every {config.eval.every} steps"
+        + (f"; held-out: {', '.join(config.maze.heldout_sets)}" if config.maze.heldout_sets else ""),
+        f"  checkpoints  every {config.checkpoint.every} steps + final, keep {config.checkpoint.keep}, resume={config.checkpoint.resume}",
+        f"  run dir      {config.run_dir}",
+        "",
+        "Resolved config:",
+    ]
+    lines += [f"  {k} = {v}" for k, v, _ in describe_fields(config)]
+    lines.append("")
+    lines += [f"WARNING: {p}" for p in problems] or ["All checks passed."]
+    lines.append("Config is valid.")
+    print("\n".join(lines))
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argparse tree of every subcommand."""
+    preset = _preset_from_argv(argv or [])
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="mazegym", description=DESCRIPTION, formatter_class=fmt)
+    sub = parser.add_subparsers(dest="command", metavar="{train,sft,eval,play,export,submit,presets}")
+
+    def epilog() -> str:
+        try:
+            return _fields_help(preset)
+        except Exception as exc:  # an unknown --preset: the command itself reports it
+            return f"(config keys unavailable: {exc})"
+
+    lazy = "--help" in (argv or []) or "-h" in (argv or [])
+    p = sub.add_parser("train", help="SFT (if needed) then RL (GRPO by default); prints the before/after table",
+                       description="Run the main job: SFT on oracle demonstrations when no SFT checkpoint exists, then RL "
+                                   "(any registered algorithm; GRPO by default), evaluation before and after, checkpoints.",
+                       epilog=epilog() if lazy else None, formatter_class=fmt)
+    _add_config_args(p)
+    p.add_argument("--resume", default=None, help="latest | none | PATH (default: latest when the run dir has checkpoints)")
+    p.add_argument("--dry-run", action="store_true", help="validate the config and print the resolved plan; needs no GPU and loads nothing")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("sft", help="only the supervised stage on BFS-oracle demonstrations",
+                       description="Supervised fine-tuning on oracle demonstrations (optionally with exploratory detours, "
+                                   "sft.detours=N) in the conversation format RL uses; writes <run_dir>/sft and evaluates it.",
+                       epilog=epilog() if lazy else None, formatter_class=fmt)
+    _add_config_args(p)
+    p.add_argument("--no-eval", action="store_true", help="skip the evaluation after SFT")
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("eval", help="evaluate a checkpoint / adapter / model on the fixed and held-out sets",
+                       description="Greedy evaluation (solve rate from task reward only, SPL, invalid-action rate, mean moves, "
+                                   "per size) of a checkpoint, an adapter or a model. Writes JSON and prints a table.",
+                       epilog=epilog() if lazy else None, formatter_class=fmt)
+    _add_config_args(p)
+    p.add_argument("--checkpoint", default=None, help="latest | PATH: evaluate the adapter of this RL checkpoint")
+    p.add_argument("--adapter", default=None, help="PEFT adapter directory to evaluate on top of the model")
+    p.add_argument("--model", default=None, help="model directory (default: the run's SFT model, else the base model)")
+    p.add_argument("--sets", default=None, help="comma-separated eval sets (default: maze.eval_set + maze.heldout_sets)")
+    p.add_argument("--temperature", type=float, default=None, help="decoding temperature (default 0 = greedy)")
+    p.add_argument("--json", default=None, help="where to write the JSON results (default <run_dir>/eval/eval.json)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("play", help="play a maze yourself (terminal, or --window)",
+                       description="Play a maze: type w/a/s/d (or up/left/down/right) and Enter; q quits.", formatter_class=fmt)
+    p.add_argument("--size", type=int, default=9, help="grid side, odd (default 9, VisMaze-v0)")
+    p.add_argument("--max-moves", type=int, default=None, help="move limit (default: the registered env's, else 2*size)")
+    p.add_argument("--seed", type=int, default=None, help="maze seed (default: random)")
+    p.add_argument("--eval-set", default=None, help="play maze --index of this fixed eval set instead")
+    p.add_argument("--index", type=int, default=0, help="index into --eval-set")
+    p.add_argument("--window", action="store_true", help="also show the image observation in a window (needs tkinter)")
+    p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser("export", help="export the adapter (and optionally a merged model) for vLLM / transformers",
+                       description="Copy the trained adapter in PEFT format next to the model it applies to, optionally merge "
+                                   "it, and write SERVING.md with the vLLM and transformers commands.",
+                       epilog=epilog() if lazy else None, formatter_class=fmt)
+    _add_config_args(p)
+    p.add_argument("--checkpoint", default="latest", help="latest | PATH (default: the newest valid checkpoint)")
+    p.add_argument("--out", default=None, help="output directory (default <run_dir>/export)")
+    p.add_argument("--merged", action="store_true", help="also write the model with the adapter merged in")
+    p.set_defaults(func=cmd_export)
+
+    from runners.submit import add_submit_command
+
+    add_submit_command(sub)
+
+    p = sub.add_parser("presets", help="list presets (or an algorithm's hyperparameters with --algo NAME)")
+    p.add_argument("--algo", default=None, help="show this algorithm's config keys (algo.<key>=...)")
+    p.set_defaults(func=cmd_presets)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mazegym`` script."""
+    from runners.config import ConfigError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"mazegym {args.command}: config error: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"mazegym {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Export a trained adapter (and optionally a merged model) ready for vLLM or transformers.
+
+Output (default ``<run_dir>/export``)::
+
+    adapter/         PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)
+    base_model/      the model the adapter applies to, when it is not a user-provided path
+                     (the tiny model after full-weight SFT lives only in the run dir)
+    merged/          with --merged: base + adapter merged, a plain transformers model
+    SERVING.md       the vLLM and transformers commands for exactly these paths
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from runners.checkpoint import CheckpointManager
+from runners.config import TrainConfig
+
+
+def _rl_start_model(config: TrainConfig) -> Path:
+    """The model the RL adapter was trained on (SFT model in full mode, else the base model)."""
+    from runners.local import base_model_dir, find_sft_checkpoint
+
+    sft = find_sft_checkpoint(config) if config.sft.enabled != "never" else None
+    if sft is not None and (sft / "config.json").is_file():
+        return sft
+    return base_model_dir(config)
+
+
+def export(config: TrainConfig, checkpoint: str = "latest", out_dir: str | None = None, merged: bool = False) -> Path:
+    """Write adapter (+ base model when local-only, + merged model) and SERVING.md; returns the output dir."""
+    run_dir = Path(config.run_dir)
+    ckpt = CheckpointManager(run_dir / "checkpoints").resolve(checkpoint)
+    adapter_src = ckpt / "adapter" if ckpt is not None else run_dir / "final_adapter"
+    if not (adapter_src / "adapter_model.safetensors").is_file():
+        raise FileNotFoundError(f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first")
+    model = _rl_start_model(config)
+    if not (model / "config.json").is_file():
+        raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")
+    out = Path(out_dir) if out_dir else run_dir / "export"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    adapter = out / "adapter"
+    shutil.copytree(adapter_src, adapter)
+    base = model
+    if not config.model.path:  # tiny / SFT weights exist only in the run dir: ship them
+        base = out / "base_model"
+        shutil.copytree(model, base, ignore=shutil.ignore_patterns("DONE", "mazegym_base.json"))
+    cfg_path = adapter / "adapter_config.json"
+    adapter_cfg = json.loads(cfg_path.read_text())
+    adapter_cfg["base_model_name_or_path"] = str(base.resolve())
+    cfg_path.write_text(json.dumps(adapter_cfg, indent=2))
+    if merged:
+        _merge(base, adapter, out / "merged")
+    rank = adapter_cfg.get("r", config.lora.rank)
+    serving = [
+        "# Serving the exported policy",
+        "",
+        "vLLM (OpenAI-compatible server, adapter hot-loaded):",
+        "",
+        f"    vllm serve {base.resolve()} --enable-lora --max-lora-rank {rank} \\",
+        f"        --lora-modules mazegym={adapter.resolve()}",
+        "",
+        "then send chat requests with model=\"mazegym\" in the format of mazegym.llm (system_prompt + user_message).",
+        "",
+        "transformers + PEFT:",
+        "",
+        "    from peft import AutoPeftModelForCausalLM",
+        f"    model = AutoPeftModelForCausalLM.from_pretrained('{adapter.resolve()}')",
+        "",
+    ]
+    if merged:
+        serving += ["Merged model (no PEFT needed):", "", f"    vllm serve {(out / 'merged').resolve()}", ""]
+    (out / "SERVING.md").write_text("\n".join(serving))
+    meta = {"checkpoint": str(ckpt) if ckpt else None, "adapter": str(adapter), "base_model": str(base), "merged": merged,
+            "preset": config.preset}
+    (out / "export.json").write_text(json.dumps(meta, indent=2))
+    return out
+
+
+def _merge(base: Path, adapter: Path, target: Path) -> None:
+    """Merge ``adapter`` into ``base`` and save a plain transformers model at ``target``."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
+    model = auto.from_pretrained(str(base), dtype=torch.float32)
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    model.save_pretrained(str(target), safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(target))
+    for extra in ("preprocessor_config.json", "generation_config.json"):
+        if (base / extra).is_file():
+            shutil.copy(base / extra, target / extra)

@@ -1,0 +1,550 @@
+"""The local runner: SFT (if needed), then the RL step loop, in this process.
+
+One RL step::
+
+    generate    play loop.mazes_per_step mazes x rollout.group_size episodes (runners.rollout)
+    score       task rewards -> rollout metrics (the algorithm turns returns into advantages)
+    update      algorithm.update(episodes): old log-probs, advantages, clipped policy loss, step
+    sync        publish the adapter (runners.sync.AdapterSync) and load it into the generator;
+                every loop.parity_every syncs, the parity probe checks sampler == trainer
+    eval        every eval.every steps: greedy solve rate on the fixed 64-maze set
+    checkpoint  every checkpoint.every steps and at the end (runners.checkpoint)
+
+The phases are module-level functions (:func:`generate_step`, :func:`update_step`,
+:func:`sync_step`, :func:`eval_step`, :func:`save_checkpoint`, :func:`load_checkpoint`) so a
+distributed runner calls the same code and only adds placement and transport.
+
+Determinism: every random choice is derived from ``(loop.seed, step)`` or lives in state that
+checkpoints save (maze stream index, algorithm minibatch generator, optimizer, python / numpy /
+torch RNGs). With the ``hf`` backend on CPU a run stopped after step k and resumed gives the
+same metrics at step n as an uninterrupted run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+import algos
+from algos.data import Episode
+from mazegym.evalsets import MazeStream
+from runners import config as cfgmod
+from runners.checkpoint import CheckpointManager
+from runners.config import TrainConfig
+from runners.evaluate import case_study_table, evaluate_set, format_table, write_json
+from runners.metrics import COLLAPSE_KEYS, MetricsLogger, PhaseTimer, Progress
+from runners.rollout import RolloutConfig, collect_groups, rollout_metrics
+
+
+# =========================================================================== models
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def base_model_dir(config: TrainConfig) -> Path:
+    """The model RL/SFT start from: ``model.path``, or the tiny model built into the run dir."""
+    if config.model.path:
+        return Path(config.model.path).expanduser()
+    return Path(config.run_dir) / "base_model"
+
+
+def prepare_base_model(config: TrainConfig) -> Path:
+    """Build the tiny model (with task tokens / image budget) unless ``model.path`` names one."""
+    if config.model.path:
+        return base_model_dir(config)
+    from runners import sft as sftmod
+    from runners import tiny
+
+    out = base_model_dir(config)
+    marker = out / "mazegym_base.json"
+    recipe = {"model": dataclasses.asdict(config.model), "size": config.maze.size, "max_moves": config.rollout.max_moves,
+              "obs_mode": config.rollout.obs_mode, "seed": config.sft.seed}
+    if marker.is_file() and json.loads(marker.read_text()) == recipe:
+        return out
+    m = config.model
+    shape = dict(num_hidden_layers=m.tiny_layers, hidden_size=m.tiny_hidden, intermediate_size=2 * m.tiny_hidden,
+                 num_attention_heads=m.tiny_hidden // 64, num_key_value_heads=m.tiny_hidden // 64)
+    if m.tiny == "vlm":
+        tiny.build_tiny_vlm(out, seed=config.sft.seed, **shape)
+        side = config.maze.size * m.image_cell_px
+        sftmod.set_image_pixels(out, min_pixels=side * side, max_pixels=side * side, resize=side % 28 != 0)
+    else:
+        tiny.build_tiny_text_lm(out, seed=config.sft.seed, **shape)
+    if m.task_tokens:
+        sftmod.add_task_tokens(out, sftmod.task_phrases(config.maze.size, config.rollout.max_moves, config.rollout.obs_mode,
+                                                       config.rollout.require_stop))
+    marker.write_text(json.dumps(recipe, indent=2))
+    return out
+
+
+def env_kwargs(config: TrainConfig) -> dict[str, Any]:
+    """VisMazeEnv keyword arguments implied by the model (the tiny VLM's cell size)."""
+    kwargs = dict(config.rollout.env_kwargs)
+    if not config.model.path and config.model.tiny == "vlm":
+        kwargs.setdefault("cell_px", config.model.image_cell_px)
+    return kwargs
+
+
+def rollout_config(config: TrainConfig) -> RolloutConfig:
+    """The rollout settings actually used (config.rollout plus implied env kwargs)."""
+    return dataclasses.replace(config.rollout, env_kwargs=env_kwargs(config))
+
+
+def lora_config(config: TrainConfig):
+    """The policy's LoRA settings from ``config.lora``."""
+    from algos.policies.lm import LoRAConfig
+
+    lo = config.lora
+    return LoRAConfig(rank=lo.rank, alpha=lo.alpha, dropout=lo.dropout, target_modules=list(lo.target_modules) or None)
+
+
+def build_generator(config: TrainConfig, model_dir: Path, adapter: Path | None = None, version: int = 0):
+    """The sampler: HF transformers (default) or vLLM, optionally with an adapter loaded."""
+    if config.loop.backend == "vllm":
+        from runners.generation.vllm import VLLMGenerator  # type: ignore[attr-defined]
+
+        generator = VLLMGenerator(str(model_dir), dtype=config.model.dtype, max_lora_rank=config.lora.rank,
+                                  gpu_memory_utilization=config.runner.vllm_gpu_memory_utilization)
+    else:
+        from runners.generation.hf import HFGenerator
+
+        generator = HFGenerator(model_dir, device=config.model.device, dtype=config.model.dtype)
+    if adapter is not None:
+        generator.load_adapter(str(adapter), version)
+    return generator
+
+
+def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = None):
+    """The trainable LoRA policy on ``model_dir`` (optionally starting from ``adapter``)."""
+    from algos.policies.lm import LoRALMPolicy
+
+    return LoRALMPolicy.from_pretrained(model_dir, lora=lora_config(config), dtype=_dtype(config.model.dtype),
+                                        device=config.model.device, adapter=adapter, micro_batch_size=256)
+
+
+# =========================================================================== SFT stage
+def sft_dir(config: TrainConfig) -> Path:
+    """Where the SFT stage writes: ``<run_dir>/sft``."""
+    return Path(config.run_dir) / "sft"
+
+
+def find_sft_checkpoint(config: TrainConfig) -> Path | None:
+    """An existing SFT result: ``sft.checkpoint`` or ``<run_dir>/sft/{model,adapter}`` when complete."""
+    if config.sft.checkpoint:
+        path = Path(config.sft.checkpoint).expanduser()
+        if not path.exists():
+            raise cfgmod.ConfigError(f"sft.checkpoint={config.sft.checkpoint!r} does not exist")
+        return path
+    out = sft_dir(config) / ("model" if config.sft.mode == "full" else "adapter")
+    return out if (sft_dir(config) / "DONE").is_file() and out.exists() else None
+
+
+def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> Path:
+    """Supervised stage on oracle demonstrations; returns the SFT model dir (full) or adapter dir (lora)."""
+    from runners import sft as sftmod
+    from runners.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer
+
+    set_threads(config)
+    base = prepare_base_model(config)
+    out = sft_dir(config)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    sftmod.seed_everything(config.sft.seed)
+    tokenizer = load_tokenizer(base)
+    image_processor = load_image_processor(base)
+    encoder = ChatEncoder(tokenizer, image_processor, image_token_id_of(base))
+    rc = rollout_config(config)
+    mazes = MazeStream(size=config.maze.size, seed=config.maze.stream_seed + 1, generator=config.maze.generator,
+                       max_optimal_moves=rc.max_moves)
+
+    def make_turns(spec, rng):
+        return sftmod.demo_turns(spec, encoder, max_moves=rc.max_moves, obs_mode=rc.obs_mode, history=rc.history,
+                                 history_k=rc.history_k, detours=config.sft.detours, rng=rng, eos_id=tokenizer.eos_token_id,
+                                 env_kwargs=rc.env_kwargs)
+
+    demos = sftmod.DemoStream(mazes, make_turns, seed=config.sft.seed)
+    if config.sft.mode == "full":
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+        auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
+        model = auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device)
+        if config.sft.freeze_vision:
+            freeze_vision_tower(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        from algos.policies.lm import add_lora
+
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+        auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
+        model = add_lora(auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device), lora_config(config))
+        params = [p for p in model.parameters() if p.requires_grad]
+    t0 = time.perf_counter()
+    progress = Progress(config.sft.steps, desc="SFT", enabled=config.logging.progress)
+
+    def on_step(step: int, m: dict[str, float]) -> None:
+        progress.update(1, loss=m["loss"])
+        if metrics is not None:
+            metrics.log(step, m, phase="sft")
+
+    final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
+                             pad_id=tokenizer.pad_token_id, image_processor=image_processor, log=on_step)
+    progress.close()
+    if config.sft.mode == "full":
+        target = out / "model"
+        model.save_pretrained(str(target), safe_serialization=True)
+        tokenizer.save_pretrained(str(target))
+        for extra in ("preprocessor_config.json", "generation_config.json"):
+            if (base / extra).is_file():
+                shutil.copy(base / extra, target / extra)
+    else:
+        target = out / "adapter"
+        model.save_pretrained(str(target), safe_serialization=True)
+    info = {"steps": config.sft.steps, "batch_size": config.sft.batch_size, "demo_moves": config.sft.steps * config.sft.batch_size,
+            "mazes_seen": mazes.index, "seconds": time.perf_counter() - t0, "final": final, "mode": config.sft.mode}
+    write_json(out / "sft_info.json", info)
+    (out / "DONE").write_text("ok\n")
+    log(f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
+        f"in {info['seconds']:.0f}s -> {target}")
+    return target
+
+
+def freeze_vision_tower(model: torch.nn.Module) -> int:
+    """Freeze the vision encoder except its merger (projector into the LM); returns the frozen tensor count.
+
+    Backpropagating through a from-scratch vision tower dominates tiny-VLM SFT cost on CPU; a
+    frozen random patch embedding still separates the maze's few flat colours, and the trained
+    merger learns to read them.
+    """
+    import re
+
+    from algos.policies.lm import VISION_MODULE_PATTERN
+
+    vision = re.compile(VISION_MODULE_PATTERN)
+    frozen = 0
+    for name, param in model.named_parameters():
+        if vision.fullmatch(name) and "merger" not in name:
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen
+
+
+def rl_start(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> tuple[Path, Path | None]:
+    """(model dir, starting adapter or None) for RL: run SFT first when enabled and missing."""
+    base = prepare_base_model(config)
+    if config.sft.enabled == "never":
+        return base, None
+    found = None if config.sft.enabled == "always" else find_sft_checkpoint(config)
+    if found is None:
+        found = run_sft(config, log=log, metrics=metrics)
+    else:
+        log(f"[sft] using existing SFT checkpoint {found}")
+    if config.sft.mode == "full" or (found / "config.json").is_file():
+        return found, None
+    return base, found
+
+
+# =========================================================================== the step phases
+def set_threads(config: TrainConfig) -> None:
+    """Apply ``loop.num_threads`` to torch on CPU."""
+    if config.loop.num_threads > 0 and config.model.device == "cpu":
+        torch.set_num_threads(config.loop.num_threads)
+
+
+def step_seed(config: TrainConfig, step: int) -> int:
+    """The sampling seed of RL step ``step`` (a pure function: resuming replays it exactly)."""
+    return config.loop.seed * 1_000_003 + step
+
+
+def generate_step(generator: Any, stream: MazeStream, config: TrainConfig, step: int, rollout: RolloutConfig | None = None) -> list[Episode]:
+    """Play the step's maze groups; group ids are unique across the run."""
+    rollout = rollout or rollout_config(config)
+    mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
+    return collect_groups(generator, mazes, rollout, seed=step_seed(config, step), group_offset=step * config.loop.mazes_per_step)
+
+
+def episode_weights(episodes: list[Episode]) -> torch.Tensor:
+    """Per-turn factor ``mean_turns / turns_of_its_episode``: every episode then carries the same total weight."""
+    counts = torch.tensor([len(ep.turns) for ep in episodes if ep.turns], dtype=torch.float32)
+    if counts.numel() == 0:
+        return torch.zeros(0)
+    return torch.cat([torch.full((int(n),), float(counts.mean() / n)) for n in counts])
+
+
+def weight_episodes_equally(algorithm: Any) -> Any:
+    """Make ``algorithm`` weight episodes, not turns, equally (the multi-turn analogue of seq-mean).
+
+    The zoo's losses average over turns. Broadcasting an episode's advantage to its turns then
+    gives a long (failed, move-limit) episode more weight than a short (solved) one, so the
+    sum of advantages over a group's turns is negative and the update pushes down the moves
+    all episodes share -- mostly the correct ones. Scaling each turn's advantage by
+    ``mean_turns / episode_turns`` restores a zero-mean push per group.
+    """
+    original = algorithm.compute_advantages
+
+    def compute_advantages(episodes, values):
+        advantages, targets = original(episodes, values)
+        weights = episode_weights(list(episodes)).to(advantages.dtype)
+        return (advantages * weights if weights.numel() == advantages.numel() else advantages), targets
+
+    algorithm.compute_advantages = compute_advantages
+    return algorithm
+
+
+def vision_placeholder_ids(model_dir: Path) -> set[int]:
+    """Token ids a VLM reserves for image/video inputs (empty for text models)."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(model_dir))
+    return {int(i) for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None)) if i is not None}
+
+
+def drop_placeholder_turns(episodes: list[Episode], forbidden: set[int]) -> int:
+    """Remove turns whose *sampled reply* contains an image/video placeholder token; returns how many.
+
+    A VLM may sample ``<|image_pad|>`` as ordinary text. The trainer's forward would then see a
+    placeholder with no image behind it and fail, so such turns (always invalid replies) are
+    left out of the update. The episode's outcome is unchanged.
+    """
+    if not forbidden:
+        return 0
+    dropped = 0
+    for ep in episodes:
+        keep = [t for t in ep.turns if not forbidden.intersection(t.response_ids)]
+        dropped += len(ep.turns) - len(keep)
+        if dropped and len(keep) != len(ep.turns):
+            ep.info["turns_dropped"] = len(ep.turns) - len(keep)
+            ep.info["return_before_drop"] = ep.episode_return
+            ep.turns = keep
+    return dropped
+
+
+def update_step(algorithm: Any, episodes: list[Episode], forbidden_ids: set[int] | None = None) -> dict[str, float]:
+    """One algorithm update on the step's episodes (returns its metrics, collapse diagnostics included)."""
+    dropped = drop_placeholder_turns(episodes, forbidden_ids or set())
+    metrics = algorithm.update(episodes)
+    metrics["dropped_placeholder_turns"] = float(dropped)
+    return metrics
+
+
+def sync_step(policy: Any, generator: Any, sync: Any, version: int, probe: Any = None) -> dict[str, float]:
+    """Publish the adapter as ``version`` and load it into the generator; optionally check parity."""
+    sync.publish(policy, version)
+    sync.pull(generator)
+    out = {"sync/version": float(generator.adapter_version)}
+    if probe is not None:
+        result = probe.check(generator, policy, version)
+        out["sync/parity_mean_abs"] = result["mean_abs"]
+    return out
+
+
+def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) -> dict[str, Any]:
+    """Greedy (or eval.temperature) evaluation on a fixed set (default: maze.eval_set)."""
+    return evaluate_set(generator, set_name or config.maze.eval_set, rollout_config(config), temperature=config.eval.temperature)
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorithm: Any, stream: MazeStream,
+                    config: TrainConfig, extra: dict[str, Any]) -> Path:
+    """Write checkpoint ``step`` (adapter, optimizer/scheduler, RNGs, stream, step, config, ``extra``)."""
+
+    def write(tmp: Path) -> None:
+        policy.save_adapter(tmp / "adapter")
+        torch.save(algorithm.state_dict(), tmp / "trainer_state.pt")
+        torch.save(rng_state(), tmp / "rng_state.pt")
+        state = {"step": step, "stream": stream.state_dict(), "config": cfgmod.to_dict(config), **extra}
+        (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
+
+    return manager.save(step, write)
+
+
+def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream) -> dict[str, Any]:
+    """Restore what :func:`save_checkpoint` wrote into live objects; returns the state.json content."""
+    policy.load_adapter(path / "adapter")
+    algorithm.load_state_dict(torch.load(path / "trainer_state.pt", weights_only=False))
+    set_rng_state(torch.load(path / "rng_state.pt", weights_only=False))
+    state = json.loads((path / "state.json").read_text())
+    stream.load_state_dict(state["stream"])
+    return state
+
+
+# =========================================================================== the loop
+@dataclass
+class RunResult:
+    """What a run produced."""
+
+    run_dir: Path
+    """The run directory."""
+    before: dict[str, Any] | None
+    """Eval summary of the RL start (None when not evaluated)."""
+    after: dict[str, Any] | None
+    """Eval summary after the last RL step."""
+    steps: int
+    """RL steps completed."""
+    seconds: float
+    """Wall-clock seconds of this invocation."""
+    artifacts: dict[str, str] = field(default_factory=dict)
+    """Paths of the things a user wants (SFT model, final adapter, metrics, eval JSON)."""
+    table: str = ""
+    """The case-study table."""
+
+
+def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None) -> RunResult:
+    """Run SFT (when needed) then RL with the local runner; returns before/after results.
+
+    ``stop_after`` ends the process's loop after that many RL steps *as if interrupted*
+    (the final-checkpoint and final-eval of a finished run are skipped); tests use it to
+    check that resuming reproduces an uninterrupted run.
+    """
+    t_start = time.perf_counter()
+    cfgmod.validate(config)
+    set_threads(config)
+    run_dir = Path(config.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(cfgmod.to_dict(config), indent=2))
+    metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
+                            project=config.logging.project, config=cfgmod.to_dict(config))
+    try:
+        return _train(config, run_dir, metrics, log, stop_after, t_start)
+    finally:
+        metrics.close()
+
+
+def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Callable[[str], None],
+           stop_after: int | None, t_start: float) -> RunResult:
+    from runners.sync import AdapterSync
+
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    resume_from = manager.resolve(config.checkpoint.resume)
+    model_dir, start_adapter = rl_start(config, log=log, metrics=metrics)
+    torch.manual_seed(config.loop.seed)
+    np.random.seed(config.loop.seed)
+    random.seed(config.loop.seed)
+    generator = build_generator(config, model_dir, start_adapter, version=0)
+    policy = build_policy(config, model_dir, start_adapter)
+    params = dict(config.algo.params)
+    params.setdefault("seed", config.loop.seed)
+    algorithm = algos.make(config.algo.name, policy, **params)
+    if config.algo.episode_mean:
+        weight_episodes_equally(algorithm)
+    stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
+                        max_optimal_moves=config.rollout.max_moves)
+    sync_dir = run_dir / "adapter_sync"
+    shutil.rmtree(sync_dir, ignore_errors=True)
+    sync = AdapterSync(sync_dir, keep=2)
+    probe = None
+    if config.loop.parity_every > 0:
+        from runners.parity import ParityProbe
+
+        probe = ParityProbe.from_encoder(generator.encoder)
+
+    step, before, history = 0, None, []
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, policy, algorithm, stream)
+        step, before, history = int(state["step"]), state.get("before"), state.get("eval_history", [])
+        generator.load_adapter(str(resume_from / "adapter"), step)
+        log(f"[resume] from {resume_from} at RL step {step}")
+    elif config.eval.before_rl:
+        timer = PhaseTimer()
+        with timer.phase("eval"):
+            before = eval_step(generator, config)
+        metrics.log(0, {"eval/solve_rate": before["solve_rate"], "eval/spl": before["spl"],
+                        "eval/invalid_action_rate": before["invalid_action_rate"], **timer.pop()}, phase="eval")
+        history.append({"step": 0, "solve_rate": before["solve_rate"]})
+        log(f"[eval] RL start (step 0): solve rate {before['solve_rate']:.4f} ({before['solved']}/{before['episodes']})")
+
+    rollout = rollout_config(config)
+    forbidden = vision_placeholder_ids(model_dir)
+    progress = Progress(config.loop.steps, initial=step, desc=f"RL ({config.algo.name})", enabled=config.logging.progress)
+    last_eval = history[-1]["solve_rate"] if history else float("nan")
+    deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
+    ran = 0
+    after = None
+    final_step = config.loop.steps
+    while step < config.loop.steps:
+        step += 1
+        timer = PhaseTimer()
+        with timer.phase("generate"):
+            episodes = generate_step(generator, stream, config, step, rollout)
+        with timer.phase("score"):
+            roll = rollout_metrics(episodes)
+        with timer.phase("update"):
+            upd = update_step(algorithm, episodes, forbidden)
+        with timer.phase("sync"):
+            check = probe if (probe is not None and step % config.loop.parity_every == 0) else None
+            syn = sync_step(policy, generator, sync, step, check)
+        record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
+        done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
+        if config.eval.every and step % config.eval.every == 0 and not done:
+            with timer.phase("eval"):
+                res = eval_step(generator, config)
+            last_eval = res["solve_rate"]
+            history.append({"step": step, "solve_rate": last_eval})
+            record.update({"eval/solve_rate": last_eval, "eval/spl": res["spl"], "eval/invalid_action_rate": res["invalid_action_rate"]})
+        if done:
+            with timer.phase("eval"):
+                after = eval_step(generator, config)
+            last_eval = after["solve_rate"]
+            history.append({"step": step, "solve_rate": last_eval})
+            record.update({"eval/solve_rate": last_eval, "eval/spl": after["spl"], "eval/invalid_action_rate": after["invalid_action_rate"]})
+        interrupted = stop_after is not None and ran + 1 >= stop_after
+        if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
+            with timer.phase("checkpoint"):
+                save_checkpoint(manager, step, policy, algorithm, stream, config, {"before": before, "eval_history": history})
+        record.update(timer.pop())
+        metrics.log(step, record, phase="rl")
+        progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
+        ran += 1
+        if done:
+            final_step = step
+            break
+        if interrupted:
+            progress.close()
+            return RunResult(run_dir, before, None, step, time.perf_counter() - t_start)
+    progress.close()
+    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
+        after = eval_step(generator, config)
+    final_adapter = run_dir / "final_adapter"
+    if final_adapter.exists():
+        shutil.rmtree(final_adapter)
+    policy.save_adapter(final_adapter)
+    heldout = {name: eval_step(generator, config, name) for name in config.maze.heldout_sets}
+    seconds = time.perf_counter() - t_start
+    results = {"eval_set": config.maze.eval_set, "before_rl": before, "after_rl": after, "heldout": heldout,
+               "rl_steps": final_step, "seconds": seconds, "eval_history": history}
+    write_json(run_dir / "eval_results.json", results)
+    table = case_study_table(before, after, config.maze.eval_set)
+    if heldout:
+        table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
+    artifacts = {"run_dir": str(run_dir), "rl_start_model": str(model_dir), "final_adapter": str(final_adapter),
+                 "checkpoints": str(manager.root), "metrics_jsonl": str(metrics.jsonl_path),
+                 "tensorboard": str(run_dir / "tensorboard"), "eval_results": str(run_dir / "eval_results.json")}
+    return RunResult(run_dir, before, after, final_step, seconds, artifacts, table)
+
+
+def report(result: RunResult) -> str:
+    """The text printed at the end of ``mazegym train``: the table and where artifacts are."""
+    lines = ["", result.table, "", f"RL steps: {result.steps}   wall time (this invocation): {result.seconds / 60:.1f} min", "Artifacts:"]
+    lines += [f"  {k:<16} {v}" for k, v in result.artifacts.items()]
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Metrics: TensorBoard and JSONL always, W&B / MLflow when installed and asked for, a progress bar, phase timers.
+
+Every call to :meth:`MetricsLogger.log` writes one JSON line (``<run_dir>/metrics.jsonl``:
+``{"step": n, "phase": "rl", ...}``) and the same scalars to TensorBoard
+(``<run_dir>/tensorboard``). The collapse diagnostics of the algorithm zoo
+(``reward_var_mean``, ``zero_var_group_frac``, ``entropy``, ``clip_frac``, ``approx_kl``,
+``grad_norm``) come back from ``Algorithm.update`` and are logged under ``train/``; the step
+loop adds ``time/<phase>`` seconds for generate, score, update, sync, eval and checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+PHASES = ("generate", "score", "update", "sync", "eval", "checkpoint")
+"""The phases of one RL step that are timed."""
+
+COLLAPSE_KEYS = ("reward_var_mean", "zero_var_group_frac", "entropy", "clip_frac", "approx_kl", "grad_norm", "kept_episode_frac")
+"""Diagnostics from the algorithm zoo that warn of collapse (reward variance gone, entropy falling, ratios drifting)."""
+
+
+class PhaseTimer:
+    """Accumulates wall-clock seconds per phase: ``with timer.phase("generate"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the body and add it to phase ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def pop(self) -> dict[str, float]:
+        """The accumulated seconds as ``time/<phase>`` metrics, then reset."""
+        out = {f"time/{k}": v for k, v in self.seconds.items()}
+        self.seconds = {}
+        return out
+
+
+def _finite_scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, (int, float)) and math.isfinite(float(value)):
+            out[key] = float(value)
+    return out
+
+
+class MetricsLogger:
+    """Fan-out of scalar metrics to JSONL, TensorBoard and optional W&B / MLflow."""
+
+    def __init__(self, run_dir: str | Path, *, wandb: bool = False, mlflow: bool = False, project: str = "mazegym",
+                 config: dict | None = None, tensorboard: bool = True, echo=print):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl_path = self.run_dir / "metrics.jsonl"
+        self._jsonl = open(self.jsonl_path, "a", buffering=1)
+        self.echo = echo
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except Exception as exc:  # tensorboard missing or broken: JSONL still works
+                echo(f"[metrics] TensorBoard disabled: {exc}")
+        self.wandb = self._init_wandb(project, config) if wandb else None
+        self.mlflow = self._init_mlflow(project, config) if mlflow else None
+
+    def _init_wandb(self, project: str, config: dict | None):
+        try:
+            import wandb
+        except ImportError:
+            self.echo("[metrics] logging.wandb=true but wandb is not installed (pip install wandb); skipping W&B")
+            return None
+        return wandb.init(project=project, dir=str(self.run_dir), config=config or {}, name=self.run_dir.name)
+
+    def _init_mlflow(self, project: str, config: dict | None):
+        try:
+            import mlflow
+        except ImportError:
+            self.echo("[metrics] logging.mlflow=true but mlflow is not installed (pip install mlflow); skipping MLflow")
+            return None
+        mlflow.set_experiment(project)
+        run = mlflow.start_run(run_name=self.run_dir.name)
+        if config:
+            flat = {k: v for k, v in _flatten(config).items() if len(str(v)) < 250}
+            mlflow.log_params(flat)
+        return mlflow
+
+    def log(self, step: int, metrics: dict[str, Any], phase: str = "rl") -> None:
+        """Record ``metrics`` at ``step`` (non-finite or non-numeric values go to JSONL only)."""
+        record = {"step": int(step), "phase": phase, "time": time.time(), **metrics}
+        self._jsonl.write(json.dumps(record, default=_json_default) + "\n")
+        scalars = _finite_scalars(metrics)
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(f"{phase}/{key}", value, step)
+        if self.wandb is not None:
+            self.wandb.log({f"{phase}/{k}": v for k, v in scalars.items()}, step=step)
+        if self.mlflow is not None:
+            self.mlflow.log_metrics({f"{phase}/{k}".replace("/", "."): v for k, v in scalars.items()}, step=step)
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        self._jsonl.close()
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+        if self.mlflow is not None:
+            self.mlflow.end_run()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def read_jsonl(path: str | Path, phase: str | None = None) -> list[dict]:
+    """All records of a metrics.jsonl file (optionally only one phase)."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if phase is None or rec.get("phase") == phase:
+                records.append(rec)
+    return records
+
+
+class Progress:
+    """A progress bar with ETA and the latest solve rate (tqdm; silent when disabled)."""
+
+    def __init__(self, total: int, initial: int = 0, desc: str = "RL", enabled: bool = True):
+        self.bar = None
+        if enabled and total > 0:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
+
+    def update(self, n: int = 1, **postfix: Any) -> None:
+        """Advance and show ``postfix`` (e.g. train solve rate, eval solve rate)."""
+        if self.bar is not None:
+            self.bar.set_postfix({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in postfix.items()}, refresh=False)
+            self.bar.update(n)
+
+    def write(self, text: str) -> None:
+        """Print a line without breaking the bar."""
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        """Close the bar."""
+        if self.bar is not None:
+            self.bar.close()

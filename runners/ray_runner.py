@@ -1,0 +1,886 @@
+"""The distributed runner: the local runner's step loop, spread over a Ray cluster.
+
+It takes the same :class:`~runners.config.TrainConfig` as the local runner and calls the same
+rollout, update, sync, eval and checkpoint code; it only adds placement and transport.
+
+Placement. One placement group with one bundle per worker (``{"CPU": c, "GPU": g}``); each
+bundle hosts one :class:`RolloutTrainWorker` actor that holds *both* a generation engine (HF or
+vLLM) and one training rank (the policy plus its optimizer), colocated on the same device.
+
+One step (driver: :func:`train`)::
+
+    generate   every worker plays its share of the step's maze groups  -> episodes (object store)
+    update     every worker updates on its share; LoRA grads are averaged with torch.distributed
+               (gloo on CPU, nccl on GPU) before each optimizer step, so all ranks stay identical
+    sync       rank 0 gathers the adapter, publishes it to the shared sync dir as version v
+               (AdapterSync: write, then flip the LATEST marker); every engine loads version v;
+               barrier; the parity probe checks sampler and trainer agree
+    eval       the fixed eval mazes are split across workers, results merged on the driver
+    checkpoint rank 0 saves the *gathered* adapter + optimizer state (rank-independent), so a
+               run resumes on any number of workers
+
+Data parallelism is DDP-style, not FSDP2: the adapter (all that trains) is replicated and its
+gradients all-reduced (:class:`GradAverager`). FSDP2's per-forward all-gathers need every rank
+to run the same number of forward/backward passes, but ranks hold episodes with different
+numbers of turns; the averager tolerates different numbers of optimizer steps per rank.
+
+Before RL, the SFT stage (when enabled and no SFT checkpoint exists) runs on the driver with
+the local runner's code; on GPUs with vLLM each engine sleeps during the update and wakes for
+the sync. Entry points: ``mazegym train runner.kind=ray ...`` or ``python -m runners.ray_runner``.
+
+Fault tolerance. If a worker actor dies (its process is killed, its node lost), the driver
+tears the worker group down, builds a new one and resumes from the latest checkpoint, up to
+``RayConfig.max_restarts`` times; at most the steps since that checkpoint are repeated.
+
+Observability. The JSONL/TensorBoard logs of the local runner, plus every metric exported
+through ``ray.util.metrics`` (Prometheus names in :data:`PROMETHEUS_METRICS`) for the Grafana
+dashboard in ``deploy/grafana``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# ----------------------------------------------------------------------------- config
+
+
+@dataclass
+class RayConfig:
+    """Placement and fault-tolerance settings of the Ray runner (the training config is shared).
+
+    Built by :func:`ray_config_from`: ``num_workers`` from ``runner.num_workers``, ``gpus_per_worker``
+    from ``runner.num_gpus`` (split evenly, CUDA only), every other field from
+    ``runner.options={"max_restarts": 3, ...}``.
+    """
+
+    address: str | None = None
+    """Ray cluster to join ("auto": the cluster this process runs in, e.g. inside a Ray job); None: ray.init() defaults ($RAY_ADDRESS, else a new local instance)."""
+    num_workers: int = 2
+    """Worker actors = placement-group bundles = training ranks = generation engines."""
+    cpus_per_worker: float = 1.0
+    """CPUs reserved by each bundle."""
+    gpus_per_worker: float = 0.0
+    """GPUs reserved by each bundle (1 for the colocated vLLM + trainer layout; 0 on CPU)."""
+    placement_strategy: str = "PACK"
+    """Placement-group strategy: PACK (fill nodes first), SPREAD, STRICT_PACK or STRICT_SPREAD."""
+    backend: str = "auto"
+    """torch.distributed backend: auto (nccl with GPUs, gloo otherwise), gloo or nccl."""
+    max_restarts: int = 3
+    """Rebuild the worker group after a worker dies at most this many times (0 = fail at once)."""
+    collective_timeout_s: float = 600.0
+    """A collective waiting longer than this fails (a hung peer becomes an error and a restart)."""
+    worker_threads: int = 1
+    """torch intra-op threads per worker (OMP_NUM_THREADS inside the actor)."""
+    export_metrics: bool = True
+    """Also export training metrics through ray.util.metrics (Prometheus / Grafana)."""
+    sleep_engine_during_update: bool = True
+    """GPU + vLLM: put the engine to sleep while the trainer updates, wake it for the sync."""
+
+
+# ------------------------------------------------------------ gradient averaging (DDP-style)
+
+
+class GradAverager:
+    """Averages the gradients of ``params`` across ranks right before every optimizer step.
+
+    Installed as an optimizer step pre-hook, so the algorithm's update loop is unchanged. Ranks
+    may take different numbers of optimizer steps in one update (their episodes have different
+    numbers of turns, a rank may have nothing to train on): every step is one *round* in which
+    all ranks first all-reduce an "I am stepping" flag; ranks that already finished join the
+    round from :meth:`finish` with zero gradients and apply the same averaged step, so weights
+    and optimizer state stay bit-identical on every rank. The average is over the ranks that
+    stepped in that round.
+    """
+
+    def __init__(self, optimizer: Any, group: Any = None):
+        import torch.distributed as dist
+
+        self.optimizer = optimizer
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self._replaying = False
+        self.rounds = 0
+        optimizer.register_step_pre_hook(self._before_step)
+
+    def _params(self) -> list[Any]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.world_size > 1 and not self._replaying:
+            self._round(active=True)
+
+    def _round(self, active: bool) -> bool:
+        """One synchronisation round; returns False when no rank is stepping any more."""
+        import torch
+        import torch.distributed as dist
+
+        lr = self.optimizer.param_groups[0]["lr"]
+        head = torch.tensor([1.0 if active else 0.0, lr if active else 0.0], dtype=torch.float64)
+        dist.all_reduce(head, group=self.group)
+        n_active = int(round(head[0].item()))
+        if n_active == 0:
+            return False
+        params = self._params()
+        flat = torch.cat([
+            (p.grad.detach().reshape(-1) if (active and p.grad is not None) else torch.zeros(p.numel(), device=p.device)).float()
+            for p in params
+        ])
+        dist.all_reduce(flat, group=self.group)
+        flat /= n_active
+        offset = 0
+        for p in params:
+            chunk = flat[offset : offset + p.numel()].view_as(p).to(p.dtype)
+            if p.grad is None:
+                p.grad = chunk.clone()
+            else:
+                p.grad.copy_(chunk)
+            offset += p.numel()
+        self.rounds += 1
+        if not active:
+            # Replay the step the active ranks take, at their learning rate.
+            saved = [g["lr"] for g in self.optimizer.param_groups]
+            for g in self.optimizer.param_groups:
+                g["lr"] = head[1].item() / n_active
+            self._replaying = True
+            try:
+                self.optimizer.step()
+            finally:
+                self._replaying = False
+                for g, value in zip(self.optimizer.param_groups, saved):
+                    g["lr"] = value
+            self.optimizer.zero_grad(set_to_none=True)
+        return True
+
+    def finish(self) -> int:
+        """Call after the local update: serve rounds until every rank is done; returns rounds served."""
+        served = 0
+        if self.world_size > 1:
+            while self._round(active=False):
+                served += 1
+        return served
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, timeout_s: float) -> str:
+    """Join the training process group over TCP; returns the backend actually used."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(
+        backend=backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
+        world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    return backend
+
+
+def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
+    """Split ``items`` into ``parts`` contiguous chunks whose sizes differ by at most one."""
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    base, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        size = base + (1 if i < extra else 0)
+        out.append(items[start : start + size])
+        start += size
+    return out
+
+
+# ------------------------------------------------------------------------ Prometheus export
+
+PROMETHEUS_METRICS = {
+    "ray_mazegym_train": "gauge: every scalar training/eval metric, tag key=<metric name>",
+    "ray_mazegym_phase_seconds": "gauge: seconds spent in each phase of the last step, tag phase",
+    "ray_mazegym_step": "gauge: the last completed step",
+    "ray_mazegym_adapter_version": "gauge: adapter version the engines sample with",
+    "ray_mazegym_steps_total": "counter: steps completed (repeated steps after a restart count again)",
+    "ray_mazegym_episodes_total": "counter: training episodes generated",
+    "ray_mazegym_worker_restarts_total": "counter: worker-group rebuilds after a worker died",
+}
+"""Prometheus names (Ray adds the ``ray_`` prefix and ``_total`` to counters); every series has a
+``run`` tag. The Grafana dashboard in ``deploy/grafana`` queries exactly these."""
+
+
+class PrometheusExporter:
+    """Mirrors the driver's metrics into ``ray.util.metrics`` so Prometheus can scrape them.
+
+    Ray exports them on every node's metrics port (``ray start --metrics-export-port``;
+    KubeRay: 8080), where Prometheus, and the Grafana dashboard, pick them up.
+    """
+
+    def __init__(self, run_name: str):
+        from ray.util.metrics import Counter, Gauge
+
+        self.tags = {"run": run_name}
+        self.train = Gauge("mazegym_train", "Training and eval metrics of the Ray runner", tag_keys=("run", "key"))
+        self.phase = Gauge("mazegym_phase_seconds", "Seconds per phase of the last step", tag_keys=("run", "phase"))
+        self.step = Gauge("mazegym_step", "Last completed step", tag_keys=("run",))
+        self.version = Gauge("mazegym_adapter_version", "Adapter version used by the engines", tag_keys=("run",))
+        self.steps = Counter("mazegym_steps", "Steps completed", tag_keys=("run",))
+        self.episodes = Counter("mazegym_episodes", "Training episodes generated", tag_keys=("run",))
+        self.restarts = Counter("mazegym_worker_restarts", "Worker-group rebuilds", tag_keys=("run",))
+
+    def record_step(self, step: int, metrics: dict[str, float], timings: dict[str, float], episodes: int, version: int) -> None:
+        """Export one step's metrics (non-finite values are skipped: Prometheus gauges hate NaN)."""
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.train.set(float(value), tags={**self.tags, "key": key})
+        for phase, seconds in timings.items():
+            self.phase.set(float(seconds), tags={**self.tags, "phase": phase})
+        self.step.set(step, tags=self.tags)
+        self.version.set(version, tags=self.tags)
+        self.steps.inc(1.0, tags=self.tags)
+        if episodes:
+            self.episodes.inc(float(episodes), tags=self.tags)
+
+    def record_restart(self) -> None:
+        """Count one rebuild of the worker group."""
+        self.restarts.inc(1.0, tags=self.tags)
+
+
+# ------------------------------------------------------------------------ worker group (driver)
+
+
+class WorkerFailure(RuntimeError):
+    """A worker actor died (or a collective with a dead peer failed): rebuild and resume."""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def worker_address() -> tuple[str, int]:
+    """This process's node IP and a free TCP port (rank 0 hosts the process-group rendezvous)."""
+    import ray
+
+    return ray.util.get_node_ip_address(), _free_port()
+
+
+class WorkerGroup:
+    """One placement group with one bundle per worker, and one worker actor per bundle."""
+
+    def __init__(self, ray_cfg: RayConfig, worker_cls: type, init_args: tuple):
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.ray_cfg = ray_cfg
+        bundle = {"CPU": ray_cfg.cpus_per_worker}
+        if ray_cfg.gpus_per_worker > 0:
+            bundle["GPU"] = ray_cfg.gpus_per_worker
+        self.pg = placement_group([dict(bundle) for _ in range(ray_cfg.num_workers)], strategy=ray_cfg.placement_strategy)
+        try:
+            ray.get(self.pg.ready(), timeout=300)
+        except Exception as exc:
+            ray.util.remove_placement_group(self.pg)
+            raise RuntimeError(
+                f"could not reserve {ray_cfg.num_workers} bundles of {bundle} ({ray_cfg.placement_strategy}); "
+                f"cluster resources: {ray.cluster_resources()}. Lower ray num_workers / cpus_per_worker / gpus_per_worker."
+            ) from exc
+        remote_cls = ray.remote(worker_cls)
+        env = {"OMP_NUM_THREADS": str(ray_cfg.worker_threads), "MKL_NUM_THREADS": str(ray_cfg.worker_threads),
+               "TOKENIZERS_PARALLELISM": "false"}
+        self.actors = [
+            remote_cls.options(
+                num_cpus=ray_cfg.cpus_per_worker,
+                num_gpus=ray_cfg.gpus_per_worker,
+                max_restarts=0,
+                runtime_env={"env_vars": env},
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i),
+            ).remote(i, ray_cfg.num_workers, *init_args)
+            for i in range(ray_cfg.num_workers)
+        ]
+        try:
+            master_addr, master_port = self.call_rank0("address")
+            self.setup_info = self.call("setup", master_addr, master_port)
+        except BaseException:
+            self.shutdown()  # do not leak actors or the placement group when setup fails
+            raise
+
+    def call(self, method: str, *args: Any, per_rank: list[tuple] | None = None, timeout: float | None = None) -> list[Any]:
+        """Call ``method`` on every worker (same args, or ``per_rank[i]`` for rank i); their results in rank order.
+
+        A dead actor, or an error in any worker while some actor is dead, raises :class:`WorkerFailure`.
+        """
+        import ray
+
+        refs = [getattr(a, method).remote(*(per_rank[i] if per_rank is not None else args)) for i, a in enumerate(self.actors)]
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerFailure(f"a worker died during {method}: {exc}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            if self.any_dead():
+                raise WorkerFailure(f"{method} failed while a worker was dead: {exc}") from exc
+            raise
+
+    def call_rank0(self, method: str, *args: Any) -> Any:
+        """Call ``method`` on rank 0 only."""
+        import ray
+
+        try:
+            return ray.get(getattr(self.actors[0], method).remote(*args))
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerFailure(f"rank 0 died during {method}: {exc}") from exc
+
+    def any_dead(self, timeout: float = 10.0) -> bool:
+        """True when some worker does not answer a ping."""
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.get(actor.ping.remote(), timeout=timeout)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                return True
+        return False
+
+    def shutdown(self) -> None:
+        """Kill every actor and free the placement group (safe to call twice)."""
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        try:
+            ray.util.remove_placement_group(self.pg)
+        except Exception:
+            pass
+        self.actors = []
+
+
+# ------------------------------------------------------------------------------ the worker
+
+
+class RolloutTrainWorker:
+    """One bundle: a generation engine and one training rank, colocated on the same device.
+
+    Every phase calls the local runner's functions (:mod:`runners.local`); this class only adds
+    the process group, the split of work, and adapter transport through the shared sync dir.
+    """
+
+    def __init__(self, rank: int, world_size: int, config_data: dict, ray_cfg: RayConfig, model_dir: str,
+                 start_adapter: str | None, resume_from: str | None):
+        self.rank = rank
+        self.world_size = world_size
+        self.config_data = config_data
+        self.ray_cfg = ray_cfg
+        self.model_dir = model_dir
+        self.start_adapter = start_adapter
+        self.resume_from = resume_from
+
+    def address(self) -> tuple[str, int]:
+        """(node IP, free port): rank 0's answer is the process-group rendezvous."""
+        return worker_address()
+
+    def ping(self) -> int:
+        """Liveness check; returns this worker's process id."""
+        import os
+
+        return os.getpid()
+
+    def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
+        """Join the process group, build engine + policy + algorithm exactly like the local runner, resume."""
+        import os
+        import random
+        from pathlib import Path
+
+        import numpy as np
+        import torch
+
+        import algos
+        from mazegym.evalsets import MazeStream
+        from runners import config as cfgmod
+        from runners import local
+
+        self.config = cfgmod.from_dict(self.config_data)
+        c = self.config
+        local.set_threads(c)
+        self.backend = init_process_group(self.rank, self.world_size, master_addr, master_port,
+                                          self.ray_cfg.backend, self.ray_cfg.collective_timeout_s)
+        # Same seeding and construction order as runners.local._train: identical LoRA init on every rank.
+        torch.manual_seed(c.loop.seed)
+        np.random.seed(c.loop.seed)
+        random.seed(c.loop.seed)
+        adapter = Path(self.start_adapter) if self.start_adapter else None
+        self.generator = self._build_generator(Path(self.model_dir), adapter)
+        self.policy = local.build_policy(c, Path(self.model_dir), adapter)
+        params = dict(c.algo.params)
+        params.setdefault("seed", c.loop.seed)
+        self.algorithm = algos.make(c.algo.name, self.policy, **params)
+        if getattr(c.algo, "episode_mean", False):  # as runners.local._train does
+            local.weight_episodes_equally(self.algorithm)
+        self.averager = GradAverager(self.algorithm.optimizer)
+        self.rollout = local.rollout_config(c)
+        self.sync = None
+        self.probe = None
+        if c.loop.parity_every > 0:
+            from runners.parity import ParityProbe
+
+            self.probe = ParityProbe.from_encoder(self.generator.encoder)
+        state: dict[str, Any] = {}
+        if self.resume_from:
+            stream = MazeStream(size=c.maze.size, seed=c.maze.stream_seed, generator=c.maze.generator,
+                                max_optimal_moves=c.rollout.max_moves)
+            state = local.load_checkpoint(Path(self.resume_from), self.policy, self.algorithm, stream)
+            self.generator.load_adapter(str(Path(self.resume_from) / "adapter"), int(state["step"]))
+        return {"rank": self.rank, "pid": os.getpid(), "backend": self.backend, "node": worker_address()[0],
+                "resumed_step": int(state.get("step", 0))}
+
+    def _build_generator(self, model_dir: Any, adapter: Any) -> Any:
+        from runners import local
+
+        c = self.config
+        if c.loop.backend == "vllm" and c.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update:
+            from runners.generation.vllm import VLLMGenerator
+
+            generator = VLLMGenerator(str(model_dir), max_lora_rank=c.lora.rank, enable_sleep_mode=True,
+                                      gpu_memory_utilization=c.runner.vllm_gpu_memory_utilization)
+            if adapter is not None:
+                generator.load_adapter(str(adapter), 0)
+            return generator
+        return local.build_generator(c, model_dir, adapter, version=0)
+
+    # ------------------------------------------------------------------ phases
+    def generate(self, mazes: list, step: int, offset: int) -> list:
+        """Play this rank's maze groups; ids and env seeds match what the local runner gives them."""
+        from runners import local
+        from runners.rollout import collect_groups
+
+        c = self.config
+        seed = local.step_seed(c, step) + offset * self.rollout.group_size
+        return collect_groups(self.generator, mazes, self.rollout, seed=seed,
+                              group_offset=step * c.loop.mazes_per_step + offset)
+
+    def update(self, episodes: list) -> dict[str, float]:
+        """The algorithm's update on this rank's episodes; gradients averaged over all ranks."""
+        from runners import local
+
+        self._engine_sleep()
+        try:
+            metrics = local.update_step(self.algorithm, episodes)
+            served = self.averager.finish()
+        finally:
+            self._engine_wake()
+        metrics["dp_rounds_served"] = float(served)
+        return metrics
+
+    def publish(self, sync_dir: str, version: int) -> dict[str, float]:
+        """Rank 0: write the full adapter (every rank holds all of it) as ``version`` to the sync dir."""
+        import time
+
+        from runners.sync import AdapterSync
+
+        t0 = time.perf_counter()
+        AdapterSync(sync_dir, keep=2).publish(self.policy, version)
+        return {"sync/publish_s": time.perf_counter() - t0}
+
+    def load_published(self, sync_dir: str, version: int, check_parity: bool) -> dict[str, float]:
+        """Every rank: load the published adapter into the engine, barrier, optional parity probe."""
+        import time
+
+        import torch.distributed as dist
+
+        from runners.sync import AdapterSync
+
+        t0 = time.perf_counter()
+        sync = AdapterSync(sync_dir, keep=2)
+        latest = sync.latest()
+        if latest is None or latest[0] != version:
+            raise RuntimeError(f"rank {self.rank}: sync dir {sync_dir} holds version {latest and latest[0]}, expected {version}; "
+                               "is it on a filesystem every worker shares (e.g. /shared)?")
+        self.generator.load_adapter(str(latest[1]), version)
+        out = {"sync/load_s": time.perf_counter() - t0}
+        dist.barrier()
+        if check_parity and self.probe is not None:
+            out["sync/parity_mean_abs"] = self.probe.check(self.generator, self.policy, version)["mean_abs"]
+        out["sync/version"] = float(self.generator.adapter_version)
+        return out
+
+    def evaluate(self, set_name: str, start: int, stop: int) -> list:
+        """Play mazes ``[start, stop)`` of eval set ``set_name`` (seeds as in the whole-set evaluation)."""
+        from mazegym.evalsets import load_eval_set
+        from runners import local
+        from runners.evaluate import eval_rollout_config
+        from runners.rollout import evaluate_mazes, play_episodes
+
+        c = self.config
+        mazes = load_eval_set(set_name)[start:stop]
+        if not mazes:
+            return []
+        rollout = eval_rollout_config(local.rollout_config(c), set_name, c.eval.temperature)
+        if c.eval.temperature <= 0:
+            return evaluate_mazes(self.generator, mazes, rollout, seed=start)
+        return play_episodes(self.generator, mazes, rollout, 1, seed=start)
+
+    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict) -> str:
+        """Rank 0: checkpoint the gathered adapter, optimizer and RNGs (valid for any worker count)."""
+        from pathlib import Path
+
+        from mazegym.evalsets import MazeStream
+        from runners import local
+        from runners.checkpoint import CheckpointManager
+
+        c = self.config
+        stream = MazeStream(size=c.maze.size, seed=c.maze.stream_seed, generator=c.maze.generator,
+                            max_optimal_moves=c.rollout.max_moves)
+        stream.load_state_dict(stream_state)
+        manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None)
+        return str(local.save_checkpoint(manager, step, self.policy, self.algorithm, stream, c, extra))
+
+    def save_adapter(self, directory: str) -> str:
+        """Rank 0: write the final adapter (PEFT format)."""
+        return str(self.policy.save_adapter(directory))
+
+    def close(self) -> None:
+        """Leave the process group."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # ------------------------------------------------------------------ GPU engine memory
+    def _engine_sleep(self) -> None:
+        llm = getattr(self.generator, "llm", None)
+        if llm is not None and self.config.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update:
+            llm.sleep(level=1)
+
+    def _engine_wake(self) -> None:
+        llm = getattr(self.generator, "llm", None)
+        if llm is not None and self.config.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update:
+            llm.wake_up()
+
+
+# ------------------------------------------------------------------------------ the driver
+
+
+def ray_config_from(config: Any) -> RayConfig:
+    """RayConfig from ``config.runner``: num_workers, GPUs split evenly, then ``runner.options``."""
+    import dataclasses
+    import typing
+
+    from runners.config import ConfigError, coerce
+
+    rc = RayConfig(num_workers=int(config.runner.num_workers))
+    if config.model.device.startswith("cuda") and config.runner.num_gpus > 0:
+        rc.gpus_per_worker = config.runner.num_gpus / max(rc.num_workers, 1)
+    valid = [f.name for f in dataclasses.fields(RayConfig)]
+    hints = typing.get_type_hints(RayConfig)
+    for key, value in dict(config.runner.options).items():
+        if key not in valid:
+            raise ConfigError(f"unknown runner.options key {key!r}; valid keys: {', '.join(valid)}")
+        setattr(rc, key, coerce(value, hints[key], f"runner.options.{key}"))
+    if rc.num_workers < 1:
+        raise ConfigError(f"runner.num_workers must be >= 1, got {rc.num_workers}")
+    if rc.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+        raise ConfigError(f"runner.options placement_strategy={rc.placement_strategy!r}; use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+    if config.loop.mazes_per_step < rc.num_workers:
+        raise ConfigError(f"loop.mazes_per_step={config.loop.mazes_per_step} < runner.num_workers={rc.num_workers}: "
+                          "every worker needs at least one maze group per step")
+    return rc
+
+
+def merge_update_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """Combine per-rank update metrics: counts are summed, optimizer steps maxed (every rank takes
+    the max, see :class:`GradAverager`), the rest averaged (``skipped``: fraction of ranks that had
+    nothing to train on)."""
+    summed = {"num_turns", "num_tokens"}
+    maxed = {"optimizer_steps"}
+    keys = [k for k in per_rank[0] if k != "dp_rounds_served"]
+    out = {}
+    for key in keys:
+        values = [m[key] for m in per_rank if key in m]
+        if key in summed:
+            out[key] = float(sum(values))
+        elif key in maxed:
+            out[key] = float(max(values))
+        else:
+            out[key] = float(sum(values) / len(values))
+    return out
+
+
+@dataclass
+class _RunState:
+    """What the driver carries across worker-group rebuilds."""
+
+    step: int = 0
+    before: Any = None
+    history: list = None  # type: ignore[assignment]
+    restarts: int = 0
+    last_eval: float = float("nan")
+    stream: Any = None
+
+
+def _evaluate(group: WorkerGroup, set_name: str, temperature: float) -> dict[str, Any]:
+    """Evaluate ``set_name`` with the mazes split over the workers; same summary as evaluate_set."""
+    from mazegym.evalsets import load_eval_set
+    from runners.evaluate import summarize
+
+    n = len(load_eval_set(set_name))
+    bounds = split_evenly(list(range(n)), len(group.actors))
+    per_rank = [(set_name, b[0] if b else 0, b[-1] + 1 if b else 0) for b in bounds]
+    episodes = [ep for part in group.call("evaluate", per_rank=per_rank) for ep in part]
+    return {"set": set_name, "decoding": "greedy" if temperature <= 0 else f"T={temperature}", **summarize(episodes)}
+
+
+def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg: RayConfig | None = None) -> Any:
+    """Run SFT (when needed, on the driver) then RL on a Ray cluster; returns a local.RunResult.
+
+    Same config, same phases, same logs as :func:`runners.local.train`; ``stop_after`` ends
+    the loop after that many steps as if interrupted (for resume tests).
+    """
+    import json
+    import shutil
+    import time
+    from pathlib import Path
+
+    import ray
+
+    from runners import config as cfgmod
+    from runners import local
+    from runners.checkpoint import CheckpointManager
+    from runners.metrics import MetricsLogger
+
+    t_start = time.perf_counter()
+    cfgmod.validate(config)
+    ray_cfg = ray_cfg or ray_config_from(config)
+    if not ray.is_initialized():
+        ray.init(address=ray_cfg.address, log_to_driver=True)
+    run_dir = Path(config.run_dir).resolve()
+    config.run_dir = str(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(cfgmod.to_dict(config), indent=2))
+    metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
+                            project=config.logging.project, config=cfgmod.to_dict(config))
+    exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    try:
+        model_dir, start_adapter = local.rl_start(config, log=log, metrics=metrics)
+        state = _RunState(history=[])
+        resume_from = manager.resolve(config.checkpoint.resume)
+        while True:
+            group = None
+            try:
+                group = _start_group(config, ray_cfg, model_dir, start_adapter, resume_from, state, run_dir, log)
+                result = _loop(group, config, ray_cfg, run_dir, manager, metrics, exporter, state, log, stop_after, t_start)
+                group.call("close")
+                return result
+            except WorkerFailure as exc:
+                state.restarts += 1
+                if exporter is not None:
+                    exporter.record_restart()
+                if state.restarts > ray_cfg.max_restarts:
+                    raise RuntimeError(f"a worker died and runner max_restarts={ray_cfg.max_restarts} is used up: {exc}") from exc
+                resume_from = manager.latest_valid()
+                log(f"[ray] worker failure ({exc}); restart {state.restarts}/{ray_cfg.max_restarts} "
+                    f"from {resume_from or 'the start'}")
+                metrics.log(state.step, {"ray/restarts": float(state.restarts)}, phase="ray")
+            finally:
+                if group is not None:
+                    group.shutdown()
+    finally:
+        metrics.close()
+        shutil.rmtree(run_dir / "adapter_sync", ignore_errors=True)
+
+
+def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter: Any, resume_from: Any,
+                 state: _RunState, run_dir: Any, log: Any) -> WorkerGroup:
+    """Build the worker group; resume every rank from ``resume_from`` (or start fresh)."""
+    import json
+    import shutil
+
+    from runners import config as cfgmod
+
+    # Adapter versions restart from the checkpoint's step: clear versions a dead group left behind.
+    shutil.rmtree(run_dir / "adapter_sync", ignore_errors=True)
+    init_args = (cfgmod.to_dict(config), ray_cfg, str(model_dir), str(start_adapter) if start_adapter else None,
+                 str(resume_from) if resume_from else None)
+    group = WorkerGroup(ray_cfg, RolloutTrainWorker, init_args)
+    info = group.setup_info
+    (run_dir / "ray_workers.json").write_text(json.dumps(info, indent=2))
+    if resume_from is not None:
+        saved = json.loads((resume_from / "state.json").read_text())
+        state.step = int(saved["step"])
+        state.before = saved.get("before")
+        state.history = saved.get("eval_history", [])
+        state.stream = saved["stream"]
+        log(f"[resume] from {resume_from} at RL step {state.step} on {ray_cfg.num_workers} workers")
+    else:
+        state.step = 0
+        state.stream = None
+    log(f"[ray] {ray_cfg.num_workers} workers ({info[0]['backend']}), pids {[i['pid'] for i in info]}")
+    return group
+
+
+def _loop(group: WorkerGroup, config: Any, ray_cfg: RayConfig, run_dir: Any, manager: Any, metrics: Any, exporter: Any,
+          state: _RunState, log: Any, stop_after: int | None, t_start: float) -> Any:
+    """The local runner's step loop with each phase spread over the worker group."""
+    import shutil
+    import time
+
+    from mazegym.evalsets import MazeStream
+    from runners import local
+    from runners.evaluate import case_study_table, format_table, write_json
+    from runners.metrics import PhaseTimer, Progress
+    from runners.rollout import rollout_metrics
+
+    stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
+                        max_optimal_moves=config.rollout.max_moves)
+    if state.stream is not None:
+        stream.load_state_dict(state.stream)
+    sync_dir = str(run_dir / "adapter_sync")
+    n = len(group.actors)
+
+    if state.step == 0 and state.before is None and config.eval.before_rl:
+        timer = PhaseTimer()
+        with timer.phase("eval"):
+            state.before = _evaluate(group, config.maze.eval_set, config.eval.temperature)
+        b = state.before
+        metrics.log(0, {"eval/solve_rate": b["solve_rate"], "eval/spl": b["spl"],
+                        "eval/invalid_action_rate": b["invalid_action_rate"], **timer.pop()}, phase="eval")
+        state.history.append({"step": 0, "solve_rate": b["solve_rate"]})
+        log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
+
+    progress = Progress(config.loop.steps, initial=state.step, desc=f"RL ({config.algo.name}, ray x{n})",
+                        enabled=config.logging.progress)
+    state.last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
+    deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
+    ran, after, final_step = 0, None, config.loop.steps
+    while state.step < config.loop.steps:
+        step = state.step + 1
+        timer = PhaseTimer()
+        with timer.phase("generate"):
+            mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
+            chunks = split_evenly(mazes, n)
+            offsets = [sum(len(c) for c in chunks[:r]) for r in range(n)]
+            refs = [a.generate.remote(chunks[r], step, offsets[r]) for r, a in enumerate(group.actors)]
+            per_rank = _get_all(group, refs, "generate")
+            episodes = [ep for part in per_rank for ep in part]
+        with timer.phase("score"):
+            roll = rollout_metrics(episodes)
+        with timer.phase("update"):
+            # Each rank trains on the episodes it generated: the refs resolve locally, no copy back.
+            upd = merge_update_metrics(_get_all(group, [a.update.remote(refs[r]) for r, a in enumerate(group.actors)], "update"))
+        with timer.phase("sync"):
+            check = config.loop.parity_every > 0 and step % config.loop.parity_every == 0
+            pub = group.call_rank0("publish", sync_dir, step)
+            loads = group.call("load_published", sync_dir, step, check)
+            syn = {"sync/version": loads[0]["sync/version"], **pub,
+                   "sync/load_s": max(x["sync/load_s"] for x in loads)}
+            if check:
+                syn["sync/parity_mean_abs"] = max(x["sync/parity_mean_abs"] for x in loads)
+        record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
+        done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
+        if (config.eval.every and step % config.eval.every == 0) or done:
+            with timer.phase("eval"):
+                res = _evaluate(group, config.maze.eval_set, config.eval.temperature)
+            state.last_eval = res["solve_rate"]
+            state.history.append({"step": step, "solve_rate": state.last_eval})
+            record.update({"eval/solve_rate": state.last_eval, "eval/spl": res["spl"], "eval/invalid_action_rate": res["invalid_action_rate"]})
+            if done:
+                after = res
+        interrupted = stop_after is not None and ran + 1 >= stop_after
+        if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
+            with timer.phase("checkpoint"):
+                group.call_rank0("save_checkpoint", str(manager.root), manager.keep, step, stream.state_dict(),
+                                 {"before": state.before, "eval_history": state.history, "ray_workers": n})
+        timings = timer.pop()
+        record.update(timings)
+        record["ray/num_workers"] = float(n)
+        metrics.log(step, record, phase="rl")
+        if exporter is not None:
+            exporter.record_step(step, record, {k.split("/", 1)[1]: v for k, v in timings.items()}, len(episodes), step)
+        state.step = step
+        state.stream = stream.state_dict()
+        progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=state.last_eval)
+        ran += 1
+        if done:
+            final_step = step
+            break
+        if interrupted:
+            progress.close()
+            return local.RunResult(run_dir, state.before, None, step, time.perf_counter() - t_start)
+    progress.close()
+    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
+        after = _evaluate(group, config.maze.eval_set, config.eval.temperature)
+    final_adapter = run_dir / "final_adapter"
+    if final_adapter.exists():
+        shutil.rmtree(final_adapter)
+    group.call_rank0("save_adapter", str(final_adapter))
+    heldout = {name: _evaluate(group, name, config.eval.temperature) for name in config.maze.heldout_sets}
+    seconds = time.perf_counter() - t_start
+    results = {"eval_set": config.maze.eval_set, "before_rl": state.before, "after_rl": after, "heldout": heldout,
+               "rl_steps": final_step, "seconds": seconds, "eval_history": state.history,
+               "ray": {"num_workers": n, "restarts": state.restarts}}
+    write_json(run_dir / "eval_results.json", results)
+    table = case_study_table(state.before, after, config.maze.eval_set)
+    if heldout:
+        table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
+    artifacts = {"run_dir": str(run_dir), "final_adapter": str(final_adapter), "checkpoints": str(manager.root),
+                 "metrics_jsonl": str(metrics.jsonl_path), "tensorboard": str(run_dir / "tensorboard"),
+                 "eval_results": str(run_dir / "eval_results.json"), "ray_workers": str(run_dir / "ray_workers.json")}
+    return local.RunResult(run_dir, state.before, after, final_step, seconds, artifacts, table)
+
+
+def _get_all(group: WorkerGroup, refs: list, what: str) -> list:
+    """Results of ``refs`` in order, failing fast on the first error (a dead peer must not leave us waiting)."""
+    import ray
+
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(ready[0])
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerFailure(f"a worker died during {what}: {exc}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            if group.any_dead():
+                raise WorkerFailure(f"{what} failed while a worker was dead: {exc}") from exc
+            raise
+    return ray.get(refs)
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m runners.ray_runner [mazegym train args]``: ``mazegym train`` with runner.kind=ray.
+
+    This is the entrypoint of Ray jobs (``mazegym submit``, the KubeRay RayJob).
+    """
+    import sys
+
+    from runners import cli
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        return cli.main(["train", *argv])
+    return cli.main(["train", *argv, "runner.kind=ray"])
+
+
+def cli_help() -> str:
+    """The help text of :func:`main` (flags and config keys), for tests and docs."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            main(["--help"])
+        except SystemExit:
+            pass
+    return buf.getvalue()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,263 @@
+"""Supervised fine-tuning on BFS-oracle demonstrations, in exactly the RL stage's conversation format.
+
+A demonstration is one play of a training maze by :func:`mazegym.solver.oracle_actions` (the
+shortest path, optionally with ``detours`` exploratory back-and-forth pairs, as VisGym's
+solver pads its routes). Every move becomes one training row, built the way
+:mod:`runners.rollout` builds a turn: system prompt, kept history, the current observation
+(text map and/or image), chat-templated by the same :class:`~runners.generation.prompts.ChatEncoder`;
+the target is the canonical reply ``<action>up</action>`` followed by the end-of-turn token,
+which is what the sampler returns. Only the reply tokens carry loss.
+
+Two modes:
+
+* ``full`` trains every weight. A tiny model built from a random init cannot learn the task
+  from a few LoRA steps, so the CPU preset trains the whole model here and RL then trains a
+  LoRA adapter on top of the SFT weights (the case study's shape: SFT checkpoint, then LoRA GRPO).
+* ``lora`` trains a LoRA adapter on a pretrained model (the 8B recipe); RL continues that adapter.
+
+The data budget (``SFTConfig.steps`` x ``batch_size`` demonstration moves) is the knob that sets
+how good the SFT start is; the CPU preset picks it so the start is clearly imperfect.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from algos.data import Turn
+from mazegym.envs.vismaze import VisMazeEnv
+from mazegym.evalsets import MazeStream
+from mazegym.llm import build_messages, format_action, system_prompt, user_message
+from mazegym.maze import MazeSpec
+from mazegym.solver import oracle_actions
+
+# --------------------------------------------------------------------------- task tokens
+TURN_PHRASES = [
+    "Map:\n",
+    "Environment feedback: ",
+    "This is move ",
+    ". You have ",
+    " moves left.",
+    "Moved right.",
+    "Moved up.",
+    "Moved left.",
+    "Moved down.",
+    "Cannot move into a wall.",
+    "Reached the goal!",
+    " No moves left.",
+    "Invalid action (",
+    "). Reply with one action (right, up, left, down) inside tags, e.g. <action>up</action>.",
+]
+"""Fixed phrases of every user turn (see :func:`mazegym.llm.user_message` and the env feedback)."""
+
+
+def task_phrases(size: int, max_moves: int, obs_mode: str, require_stop: bool = False) -> list[str]:
+    """Phrases the task tokenizer encodes as single tokens: the system prompt and the turn phrases.
+
+    The text the model reads is unchanged; only its tokenisation gets shorter (a byte-level
+    tokenizer spends ~430 tokens on the system prompt, which would dominate CPU compute).
+    If the env's wording ever changes, unmatched text simply falls back to bytes.
+    """
+    return [system_prompt(size, max_moves, obs_mode, require_stop)] + TURN_PHRASES
+
+
+def add_task_tokens(model_dir: str | Path, phrases: Sequence[str]) -> int:
+    """Add ``phrases`` as tokens to the tokenizer and model saved at ``model_dir`` (in place).
+
+    New embedding rows start at the mean of the existing ones. Returns the number of tokens added.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    model_dir = Path(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    added = tokenizer.add_tokens([p for p in phrases if p not in tokenizer.get_vocab()])
+    if added == 0:
+        return 0
+    config = AutoConfig.from_pretrained(str(model_dir))
+    auto = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
+    model = auto.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        emb[-added:] = emb[:-added].mean(0, keepdim=True)
+    model.save_pretrained(str(model_dir), safe_serialization=True)
+    tokenizer.save_pretrained(str(model_dir))
+    return added
+
+
+def set_image_pixels(model_dir: str | Path, min_pixels: int, max_pixels: int, resize: bool = True) -> None:
+    """Rewrite a VLM's image-processor pixel budget (e.g. so one maze cell is one vision token).
+
+    ``resize=False`` skips the processor's resize step, which is the identity when every frame
+    already has the budgeted size and a side that is a multiple of patch x merge (28 px).
+    """
+    path = Path(model_dir) / "preprocessor_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(min_pixels=min_pixels, max_pixels=max_pixels, do_resize=bool(resize))
+    if isinstance(cfg.get("size"), dict):
+        cfg["size"] = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
+    path.write_text(json.dumps(cfg, indent=2))
+
+
+# --------------------------------------------------------------------------- demonstrations
+def demo_turns(
+    spec: MazeSpec,
+    encoder: Any,
+    *,
+    max_moves: int,
+    obs_mode: str,
+    history: str = "none",
+    history_k: int = 2,
+    detours: int = 0,
+    rng: np.random.Generator | None = None,
+    eos_id: int,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[Turn]:
+    """One oracle play of ``spec`` as training turns, built exactly like a rollout turn.
+
+    Detours that would not fit the move limit are dropped (the demo must succeed).
+    """
+    actions = oracle_actions(spec, rng=rng, detours=detours)
+    optimal = oracle_actions(spec)
+    if len(actions) > max_moves:
+        actions = optimal
+    env = VisMazeEnv(size=spec.size, max_moves=max_moves, obs_mode=obs_mode, **(env_kwargs or {}))
+    obs, info = env.reset(options={"maze": spec})
+    system = system_prompt(spec.size, max_moves, obs_mode)
+    past: list[tuple[dict, str]] = []
+    turns = []
+    for action in actions:
+        current = user_message(obs, info, obs_mode=obs_mode)
+        ids, images = encoder.encode(build_messages(system, past, current, history, history_k))
+        reply = format_action(int(action))
+        turns.append(Turn(prompt_ids=ids, response_ids=encoder.tokenize_text(reply) + [eos_id], images=list(images),
+                          action=int(action), text=reply))
+        past.append((current, reply))
+        obs, _, terminated, truncated, info = env.step(int(action))
+        if "image" in obs:
+            obs = {**obs, "image": np.array(obs["image"], copy=True)}
+        if terminated or truncated:
+            break
+    env.close()
+    return turns
+
+
+class DemoStream:
+    """Endless stream of demonstration turns from a resumable :class:`MazeStream` (shuffled per maze)."""
+
+    def __init__(self, mazes: MazeStream, make_turns: Callable[[MazeSpec, np.random.Generator], list[Turn]], seed: int = 0):
+        self.mazes = mazes
+        self.make_turns = make_turns
+        self.rng = np.random.default_rng(seed)
+        self.buffer: list[Turn] = []
+
+    def batch(self, size: int) -> list[Turn]:
+        """The next ``size`` turns (mixing moves of several mazes)."""
+        while len(self.buffer) < 4 * size:
+            self.buffer += self.make_turns(next(self.mazes), self.rng)
+        order = self.rng.permutation(len(self.buffer))
+        picked = [self.buffer[i] for i in order[:size]]
+        self.buffer = [self.buffer[i] for i in order[size:]]
+        return picked
+
+
+# --------------------------------------------------------------------------- the loss
+def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, image_processor: Any = None) -> tuple[torch.Tensor, int]:
+    """Mean negative log-likelihood of the reply tokens of ``turns`` (prompt tokens masked out).
+
+    Returns the loss and the number of reply tokens it averages over.
+    """
+    rows = [t.input_ids for t in turns]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, t in enumerate(turns):
+        n, p = len(rows[i]), len(t.prompt_ids)
+        ids[i, :n] = torch.tensor(rows[i])
+        attention[i, :n] = 1
+        labels[i, p:n] = ids[i, p:n]
+    extra: dict[str, torch.Tensor] = {}
+    images = [im for t in turns for im in t.images]
+    if images:
+        from runners.generation.prompts import to_pil
+
+        processed = image_processor(images=[to_pil(im) for im in images], return_tensors="pt")
+        extra = {k: v for k, v in processed.items() if isinstance(v, torch.Tensor)}
+        image_token_id = getattr(model.config, "image_token_id", None)
+        if image_token_id is not None:  # Qwen-VL M-RoPE needs the modality of every token
+            extra["mm_token_type_ids"] = (ids == image_token_id).to(torch.int)
+    logits = model(input_ids=ids, attention_mask=attention, use_cache=False, **extra).logits.float()
+    targets = labels[:, 1:]
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    return loss, int((targets != -100).sum())
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def train_sft(
+    model: torch.nn.Module,
+    params: list[torch.nn.Parameter],
+    demos: DemoStream,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    pad_id: int,
+    image_processor: Any = None,
+    warmup: int = 10,
+    log: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, float]:
+    """AdamW on the reply NLL for ``steps`` batches of ``batch_size`` demonstration moves.
+
+    The learning rate warms up linearly over ``warmup`` steps, then decays with a cosine to 10%.
+    Returns the final metrics.
+    """
+    model.train()
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(steps - warmup, 1)
+        return 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(progress, 1.0)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    metrics: dict[str, float] = {}
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        turns = demos.batch(batch_size)
+        loss, ntok = response_nll(model, turns, pad_id, image_processor)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        metrics = {"loss": loss.item(), "grad_norm": float(grad_norm), "tokens": float(ntok),
+                   "lr": sched.get_last_lr()[0], "step_seconds": time.perf_counter() - t0}
+        if log is not None:
+            log(step, metrics)
+    model.eval()
+    return metrics
+
+
+def copy_model_dir(src: str | Path, dst: str | Path) -> Path:
+    """Copy a model directory (config, weights, tokenizer, processor) to ``dst``."""
+    dst = Path(dst)
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    return dst
+

@@ -1,0 +1,221 @@
+"""``mazegym submit``: send a training run to a Ray cluster through the Ray Jobs API.
+
+The run itself is the Ray runner (:mod:`runners.ray_runner`) started on the cluster's head as
+a Ray job; this module only builds the job's entrypoint and runtime environment, submits it
+with :class:`ray.job_submission.JobSubmissionClient`, and optionally waits and streams logs::
+
+    mazegym submit --address http://head:8265 --wait -- --preset qwen3-vl-8b-lora32 runner.num_workers=6
+
+Everything after ``--`` is passed unchanged to ``python -m runners.ray_runner``, which is
+``mazegym train ... runner.kind=ray`` (same flags, same KEY=VALUE overrides).
+
+Authentication: Ray >= 2.5x clusters may require a token. It is taken, in order, from
+``--auth-token``, ``$RAY_AUTH_TOKEN``, the file named by ``$RAY_AUTH_TOKEN_PATH`` and
+``~/.ray/auth_token``, and sent as a bearer header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RUNNER_MODULE = "runners.ray_runner"
+"""Module the job runs (``python -m``): the distributed runner's command-line entry."""
+
+DEFAULT_EXCLUDES = [".git", ".venv", ".venv*", "runs", "**/__pycache__", "*.pyc", ".pytest_cache", ".hypothesis", ".benchmarks"]
+"""Paths never uploaded with the working directory (virtualenvs and run outputs are large)."""
+
+
+@dataclass
+class SubmitConfig:
+    """Where and how to submit a run."""
+
+    address: str = "http://127.0.0.1:8265"
+    """Ray dashboard / Jobs API address of the cluster head (KubeRay: the head service, port 8265)."""
+    working_dir: str | None = None
+    """Local directory uploaded as the job's working directory (e.g. "." for a source checkout);
+    None runs the code installed in the cluster's image."""
+    excludes: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDES))
+    """Glob patterns left out of the working-directory upload."""
+    pip: list[str] = field(default_factory=list)
+    """Extra pip requirements installed for the job (Ray runtime_env ``pip``)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables for the job's driver and all its workers."""
+    submission_id: str | None = None
+    """Job id to use (must be unique on the cluster); None lets Ray choose one."""
+    auth_token: str | None = None
+    """Ray cluster auth token; None looks in $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token."""
+    wait: bool = False
+    """Block until the job finishes, then return its final status."""
+    timeout_s: float = 24 * 3600.0
+    """With ``wait``: give up waiting after this many seconds (the job keeps running)."""
+    follow: bool = False
+    """With ``wait``: print the job's log lines while it runs."""
+
+
+def build_entrypoint(train_args: list[str], python: str = "python") -> str:
+    """Shell command the job runs: the Ray runner's CLI with ``train_args``, safely quoted."""
+    return shlex.join([python, "-m", RUNNER_MODULE, *train_args])
+
+
+def build_runtime_env(cfg: SubmitConfig) -> dict[str, Any]:
+    """Ray ``runtime_env`` for the job: working dir (with excludes), pip extras, env vars."""
+    runtime_env: dict[str, Any] = {}
+    if cfg.working_dir is not None:
+        path = Path(cfg.working_dir).expanduser().resolve()
+        if not path.is_dir():
+            raise FileNotFoundError(f"working_dir {cfg.working_dir!r} is not a directory; pass a source checkout or None")
+        runtime_env["working_dir"] = str(path)
+        runtime_env["excludes"] = list(cfg.excludes)
+    if cfg.pip:
+        runtime_env["pip"] = list(cfg.pip)
+    env = {"PYTHONUNBUFFERED": "1", **cfg.env}
+    runtime_env["env_vars"] = env
+    return runtime_env
+
+
+def find_auth_token(explicit: str | None = None) -> str | None:
+    """The cluster auth token from the argument, the environment or ``~/.ray/auth_token``."""
+    if explicit:
+        return explicit.strip()
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    for candidate in (os.environ.get("RAY_AUTH_TOKEN_PATH"), str(Path.home() / ".ray" / "auth_token")):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate).read_text().strip() or None
+    return None
+
+
+def make_client(address: str, auth_token: str | None = None):
+    """A :class:`JobSubmissionClient` for ``address``, sending the auth token when one exists."""
+    from ray.job_submission import JobSubmissionClient
+
+    token = find_auth_token(auth_token)
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    try:
+        return JobSubmissionClient(address, headers=headers)
+    except ConnectionError as exc:
+        raise ConnectionError(
+            f"cannot reach the Ray Jobs API at {address!r} ({exc}); check --address (the head's "
+            "dashboard port, 8265 by default) and that the dashboard is running"
+        ) from exc
+
+
+def submit_run(train_args: list[str], cfg: SubmitConfig | None = None) -> str:
+    """Submit a Ray-runner training run; returns the job's submission id.
+
+    With ``cfg.wait`` it also waits for the job to finish and raises ``RuntimeError`` if it
+    failed (the message holds the tail of its logs).
+    """
+    cfg = cfg or SubmitConfig()
+    client = make_client(cfg.address, cfg.auth_token)
+    job_id = client.submit_job(
+        entrypoint=build_entrypoint(train_args),
+        runtime_env=build_runtime_env(cfg),
+        submission_id=cfg.submission_id,
+        metadata={"launcher": "mazegym submit"},
+    )
+    if cfg.wait:
+        status = wait_for_job(client, job_id, cfg.timeout_s, follow=cfg.follow)
+        if status != "SUCCEEDED":
+            tail = client.get_job_logs(job_id)[-3000:]
+            raise RuntimeError(f"job {job_id} ended {status}; last log lines:\n{tail}")
+    return job_id
+
+
+def wait_for_job(client: Any, job_id: str, timeout_s: float, follow: bool = False, poll_s: float = 1.0) -> str:
+    """Poll until job ``job_id`` reaches a terminal state; returns it ("SUCCEEDED", "FAILED", ...).
+
+    Raises ``TimeoutError`` after ``timeout_s`` (the job is left running).
+    """
+    deadline = time.monotonic() + timeout_s
+    printed = 0
+    while True:
+        status = client.get_job_status(job_id)
+        if follow:
+            logs = client.get_job_logs(job_id)
+            sys.stdout.write(logs[printed:])
+            sys.stdout.flush()
+            printed = len(logs)
+        if status.is_terminal():
+            return str(status.value)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} still {status.value} after {timeout_s:.0f} s (it keeps running)")
+        time.sleep(poll_s)
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Arguments of ``mazegym submit``; pass an existing (sub)parser to fill it in."""
+    p = parser or argparse.ArgumentParser(prog="mazegym submit", description=__doc__.split("\n\n")[0])
+    d = SubmitConfig()
+    p.add_argument("--address", default=os.environ.get("RAY_API_SERVER_ADDRESS", d.address), help=SubmitConfig.__doc__)
+    p.add_argument("--working-dir", default=None, help="upload this directory as the job's working dir (default: use the image's install)")
+    p.add_argument("--pip", action="append", default=[], help="extra pip requirement for the job (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job (repeatable)")
+    p.add_argument("--submission-id", default=None, help="job id (unique on the cluster)")
+    p.add_argument("--auth-token", default=None, help="Ray auth token (default: $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
+    p.add_argument("--wait", action="store_true", help="wait for the job to finish; exit 1 if it failed")
+    p.add_argument("--follow", action="store_true", help="with --wait: stream the job's logs")
+    p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="with --wait: stop waiting after this long")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: arguments for python -m runners.ray_runner")
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> tuple[SubmitConfig, list[str]]:
+    """Turn parsed arguments into a :class:`SubmitConfig` plus the training arguments."""
+    env = {}
+    for item in ns.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--env expects KEY=VALUE, got {item!r}")
+        env[key] = value
+    train_args = list(ns.train_args)
+    if train_args and train_args[0] == "--":
+        train_args = train_args[1:]
+    cfg = SubmitConfig(address=ns.address, working_dir=ns.working_dir, pip=ns.pip, env=env,
+                       submission_id=ns.submission_id, auth_token=ns.auth_token, wait=ns.wait,
+                       timeout_s=ns.timeout_s, follow=ns.follow)
+    return cfg, train_args
+
+
+def add_submit_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``submit`` to an argparse subparsers object (``mazegym``'s); its ``func`` runs the submission.
+
+    Wiring in ``runners/cli.py``::
+
+        from runners.submit import add_submit_command
+        add_submit_command(sub)        # sub = parser.add_subparsers(...)
+    """
+    p = subparsers.add_parser("submit", help="send a training run to a Ray cluster (Ray Jobs API)",
+                              description=__doc__.split("\n\n")[0] + " Arguments after -- go to the run "
+                              "(mazegym train flags and KEY=VALUE overrides; runner.kind=ray is implied).")
+    build_parser(p)
+    p.set_defaults(func=run_submit_args)
+    return p
+
+
+def run_submit_args(ns: argparse.Namespace) -> int:
+    """Submit from parsed arguments; prints the job id (exit code 0) or the error (exit code 1)."""
+    cfg, train_args = config_from_args(ns)
+    try:
+        job_id = submit_run(train_args, cfg)
+    except (RuntimeError, TimeoutError, ConnectionError, FileNotFoundError) as exc:
+        print(f"mazegym submit: {exc}", file=sys.stderr)
+        return 1
+    print(job_id)
+    return 0
+
+
+def submit_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``mazegym submit`` / ``python -m runners.submit``: parse ``argv`` and submit."""
+    return run_submit_args(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(submit_main())

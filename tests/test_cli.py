@@ -1,0 +1,107 @@
+"""The mazegym command line: help for every subcommand, dry run of the 8B preset, config errors, play."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runners import cli
+
+SUBCOMMANDS = ["train", "sft", "eval", "play", "export", "presets"]
+
+
+def _run_main(argv, capsys):
+    code = cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_entry_point_help_teaches_the_tool():
+    exe = Path(sys.executable).with_name("mazegym")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "runners.cli"]
+    out = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    for word in SUBCOMMANDS + ["mazegym train", "--dry-run", "rollout.group_size=8", "KEY=VALUE"]:
+        assert word in out.stdout
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_each_subcommand_has_help(sub, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main([sub, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert f"usage: mazegym {sub}" in text
+    if sub in ("train", "sft", "eval", "export"):
+        # the config keys, their values and their help are listed
+        assert "rollout.group_size = 8" in text
+        assert "GRPO group" in text
+        assert "algo.<field>" in text
+
+
+def test_train_help_shows_values_of_the_chosen_preset(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--preset", "qwen3-vl-8b-lora32", "--help"])
+    text = capsys.readouterr().out
+    assert "values shown for preset qwen3-vl-8b-lora32" in text and "lora.rank = 32" in text
+
+
+def test_dry_run_of_the_8b_preset_prints_the_plan_without_gpu(capsys, tmp_path):
+    code, out, err = _run_main(["train", "--preset", "qwen3-vl-8b-lora32", "--dry-run", f"run_dir={tmp_path / 'r'}"], capsys)
+    assert code == 0, err
+    assert "Plan for preset 'qwen3-vl-8b-lora32'" in out
+    assert "LoRA rank 32" in out and "6 GPU(s)" in out and "grpo" in out and "backend vllm" in out
+    assert "32 mazes x 8 rollouts = 256 episodes" in out
+    assert "model.path = " in out  # the resolved config is printed
+    assert not (tmp_path / "r").exists(), "a dry run must not create the run dir"
+
+
+def test_dry_run_still_rejects_bad_configs(capsys):
+    code, out, err = _run_main(["train", "--preset", "qwen3-vl-8b-lora32", "--dry-run", "lora.rank=0"], capsys)
+    assert code == 2 and "lora.rank must be >= 1" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "rollout.groupsize=8"], "unknown config key 'rollout.groupsize'"),
+    (["train", "rollout.group_size=many"], "expected an integer"),
+    (["train", "model.path=/definitely/not/here"], "model.path='/definitely/not/here' is not a local model directory"),
+    (["train", "--preset", "nope"], "unknown preset 'nope'"),
+    (["sft", "sft.mode=both"], "sft.mode='both' is not allowed"),
+    (["eval", "maze.eval_set=nope"], "maze eval set 'nope' does not exist"),
+])
+def test_config_errors_exit_2_with_a_fix(argv, message, capsys, tmp_path):
+    code, out, err = _run_main(argv + [f"run_dir={tmp_path / 'r'}"], capsys)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_presets_lists_all(capsys):
+    code, out, _ = _run_main(["presets"], capsys)
+    assert code == 0
+    for name in ("cpu-tiny", "cpu-tiny-vlm", "qwen3-vl-8b-lora32"):
+        assert name in out
+    code, out, _ = _run_main(["presets", "--algo", "grpo"], capsys)
+    assert "algo.lr" in out and "algo.norm_by_std" in out
+
+
+def test_play_solves_a_fixed_maze_with_scripted_keys():
+    from mazegym.evalsets import load_eval_set
+    from mazegym.solver import oracle_actions
+
+    maze = load_eval_set("heldout-7x7")[0]
+    keys = iter({0: "d", 1: "w", 2: "a", 3: "s"}[a] for a in oracle_actions(maze))
+    lines = []
+    code = cli.play(eval_set="heldout-7x7", index=0, input_fn=lambda prompt: next(keys), out=lines.append)
+    assert code == 0
+    assert any(line.startswith("Solved in") for line in lines)
+
+
+def test_play_rejects_unknown_keys_and_quits():
+    answers = iter(["x", "q"])
+    lines = []
+    code = cli.play(size=7, seed=3, input_fn=lambda prompt: next(answers), out=lines.append)
+    assert code == 1
+    assert any("Type w (up)" in line for line in lines)

@@ -1,0 +1,109 @@
+"""Typed configs: overrides, files, validation errors that say what to fix, help text for every field."""
+
+import dataclasses
+import json
+
+import pytest
+
+from runners import config as C
+from runners.presets import PRESETS, get_preset
+
+
+def test_every_field_of_every_section_has_help():
+    def check(cls):
+        docs = C.field_docs(cls)
+        for f in dataclasses.fields(cls):
+            assert docs.get(f.name), f"{cls.__name__}.{f.name} has no docstring"
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if dataclasses.is_dataclass(default):
+                check(type(default))
+
+    check(C.TrainConfig)
+
+
+def test_dotted_overrides_are_typed():
+    cfg = get_preset("cpu-tiny")
+    C.apply_overrides(cfg, ["rollout.group_size=4", "algo.lr=3e-4", "loop.steps=7", "logging.wandb=true",
+                            "maze.heldout_sets=VisMaze-v0,heldout-13x13", "rollout.env_kwargs={\"shaping\": true}"])
+    assert cfg.rollout.group_size == 4 and isinstance(cfg.rollout.group_size, int)
+    assert cfg.algo.params["lr"] == pytest.approx(3e-4)
+    assert cfg.loop.steps == 7 and cfg.logging.wandb is True
+    assert cfg.maze.heldout_sets == ["VisMaze-v0", "heldout-13x13"]
+    assert cfg.rollout.env_kwargs == {"shaping": True}
+    C.validate(cfg)
+
+
+def test_unknown_key_fails_with_suggestion():
+    cfg = get_preset("cpu-tiny")
+    with pytest.raises(C.ConfigError, match=r"unknown config key 'rollout.group_sise'.*did you mean 'group_size'"):
+        C.apply_overrides(cfg, ["rollout.group_sise=8"])
+    with pytest.raises(C.ConfigError, match="unknown config key 'nosuch'"):
+        C.apply_overrides(cfg, ["nosuch.thing=1"])
+    with pytest.raises(C.ConfigError, match=r"algo.lrr.*did you mean 'lr'"):
+        C.apply_overrides(cfg, ["algo.lrr=1"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rollout.group_size=eight", "rollout.group_size: expected an integer"),
+    ("loop.steps=1.5", "loop.steps: expected an integer"),
+    ("logging.wandb=maybe", "expected true/false"),
+    ("algo.lr=fast", "algo.lr: expected a number"),
+    ("rollout.group_size", "must look like key=value"),
+])
+def test_bad_values_fail_fast(override, message):
+    with pytest.raises(C.ConfigError, match=message):
+        C.apply_overrides(get_preset("cpu-tiny"), [override])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("sft.mode=half", "sft.mode='half' is not allowed; choose one of full, lora"),
+    ("algo.name=nope", "not a registered algorithm"),
+    ("rollout.history=some", "rollout: history must be one of"),
+    ("maze.eval_set=VisMaze-v0", "has 9x9 mazes but maze.size=7"),
+    ("rollout.group_size=0", "rollout.group_size must be >= 1"),
+    ("rollout.obs_mode=image", "tiny text model cannot see them"),
+    ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
+])
+def test_validation_errors_say_what_to_fix(override, message):
+    cfg = C.apply_overrides(get_preset("cpu-tiny"), [override])
+    with pytest.raises(C.ConfigError, match=message):
+        C.validate(cfg)
+
+
+def test_missing_model_path_fails_with_instructions(tmp_path):
+    cfg = C.apply_overrides(get_preset("cpu-tiny"), [f"model.path={tmp_path / 'nothing'}"])
+    with pytest.raises(C.ConfigError, match=r"model.path=.*not a local model directory.*config.json"):
+        C.validate(cfg)
+    C.validate(cfg, need_model=False)  # a dry run does not need the weights
+
+
+def test_json_and_yaml_files(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"rollout": {"group_size": 4}, "algo": {"name": "rloo", "lr": 1e-4}, "loop": {"steps": 3}}))
+    cfg = C.load_config_file(get_preset("cpu-tiny"), path)
+    assert (cfg.rollout.group_size, cfg.algo.name, cfg.algo.params["lr"], cfg.loop.steps) == (4, "rloo", 1e-4, 3)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"rollout": {"groupsize": 4}}))
+    with pytest.raises(C.ConfigError, match="rollout.groupsize"):
+        C.load_config_file(get_preset("cpu-tiny"), bad)
+    yaml = pytest.importorskip("yaml")
+    ypath = tmp_path / "c.yaml"
+    ypath.write_text(yaml.safe_dump({"sft": {"steps": 11}, "maze": {"heldout_sets": ["VisMaze-v0"]}}))
+    cfg = C.load_config_file(get_preset("cpu-tiny"), ypath)
+    assert cfg.sft.steps == 11 and cfg.maze.heldout_sets == ["VisMaze-v0"]
+
+
+def test_round_trip_through_dict():
+    for name in PRESETS:
+        cfg = get_preset(name)
+        again = C.from_dict(json.loads(json.dumps(C.to_dict(cfg))))
+        assert C.to_dict(again) == C.to_dict(cfg)
+
+
+def test_presets_are_valid():
+    for name in PRESETS:
+        C.validate(get_preset(name), need_model=False)
+    big = get_preset("qwen3-vl-8b-lora32")
+    assert (big.lora.rank, big.algo.name, big.runner.num_gpus, big.loop.backend) == (32, "grpo", 6, "vllm")
+    with pytest.raises(C.ConfigError, match="unknown preset"):
+        get_preset("gpt-5")
