@@ -14,7 +14,6 @@ import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 DESCRIPTION = """\
 mazegym: train LLM / VLM agents to solve mazes with SFT then RL (GRPO by default).

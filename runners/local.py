@@ -41,7 +41,7 @@ from runners import config as cfgmod
 from runners.checkpoint import CheckpointManager
 from runners.config import TrainConfig
 from runners.evaluate import case_study_table, evaluate_set, format_table, write_json
-from runners.metrics import COLLAPSE_KEYS, MetricsLogger, PhaseTimer, Progress
+from runners.metrics import MetricsLogger, PhaseTimer, Progress
 from runners.rollout import RolloutConfig, collect_groups, rollout_metrics
 
 
@@ -127,8 +127,42 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
     """The trainable LoRA policy on ``model_dir`` (optionally starting from ``adapter``)."""
     from algos.policies.lm import LoRALMPolicy
 
+    # Score log-probs at the rollout temperature: the importance ratio compares like with like.
+    temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
     return LoRALMPolicy.from_pretrained(model_dir, lora=lora_config(config), dtype=_dtype(config.model.dtype),
-                                        device=config.model.device, adapter=adapter, micro_batch_size=256)
+                                        device=config.model.device, adapter=adapter, micro_batch_size=256,
+                                        temperature=temperature)
+
+
+def seed_all(seed: int) -> None:
+    """Seed python, numpy and torch (the order of model construction after this fixes the LoRA init)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = None, generator: Any = None):
+    """Build ``(generator, policy, algorithm, probe)``, seeded, exactly as every runner must.
+
+    The local runner and each Ray worker call this, so every rank starts from the same LoRA
+    init and the same algorithm state. ``generator`` replaces the default one (e.g. a vLLM
+    engine with sleep mode on a GPU worker); ``probe`` is None when ``loop.parity_every == 0``.
+    """
+    if generator is None:
+        generator = build_generator(config, model_dir, adapter, version=0)
+    seed_all(config.loop.seed)  # after the generator, whichever built it: the LoRA init is the same everywhere
+    policy = build_policy(config, model_dir, adapter)
+    params = dict(config.algo.params)
+    params.setdefault("seed", config.loop.seed)
+    algorithm = algos.make(config.algo.name, policy, **params)
+    if config.algo.episode_mean:
+        weight_episodes_equally(algorithm)
+    probe = None
+    if config.loop.parity_every > 0:
+        from runners.parity import ParityProbe
+
+        probe = ParityProbe.for_generator(generator, trainer_dtype=config.model.dtype)
+    return generator, policy, algorithm, probe
 
 
 # =========================================================================== SFT stage
@@ -438,26 +472,12 @@ def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Call
     manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
     resume_from = manager.resolve(config.checkpoint.resume)
     model_dir, start_adapter = rl_start(config, log=log, metrics=metrics)
-    torch.manual_seed(config.loop.seed)
-    np.random.seed(config.loop.seed)
-    random.seed(config.loop.seed)
-    generator = build_generator(config, model_dir, start_adapter, version=0)
-    policy = build_policy(config, model_dir, start_adapter)
-    params = dict(config.algo.params)
-    params.setdefault("seed", config.loop.seed)
-    algorithm = algos.make(config.algo.name, policy, **params)
-    if config.algo.episode_mean:
-        weight_episodes_equally(algorithm)
+    generator, policy, algorithm, probe = build_training(config, model_dir, start_adapter)
     stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
                         max_optimal_moves=config.rollout.max_moves)
     sync_dir = run_dir / "adapter_sync"
     shutil.rmtree(sync_dir, ignore_errors=True)
     sync = AdapterSync(sync_dir, keep=2)
-    probe = None
-    if config.loop.parity_every > 0:
-        from runners.parity import ParityProbe
-
-        probe = ParityProbe.from_encoder(generator.encoder)
 
     step, before, history = 0, None, []
     if resume_from is not None:

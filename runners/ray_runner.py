@@ -392,13 +392,8 @@ class RolloutTrainWorker:
     def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
         """Join the process group, build engine + policy + algorithm exactly like the local runner, resume."""
         import os
-        import random
         from pathlib import Path
 
-        import numpy as np
-        import torch
-
-        import algos
         from mazegym.evalsets import MazeStream
         from runners import config as cfgmod
         from runners import local
@@ -408,26 +403,13 @@ class RolloutTrainWorker:
         local.set_threads(c)
         self.backend = init_process_group(self.rank, self.world_size, master_addr, master_port,
                                           self.ray_cfg.backend, self.ray_cfg.collective_timeout_s)
-        # Same seeding and construction order as runners.local._train: identical LoRA init on every rank.
-        torch.manual_seed(c.loop.seed)
-        np.random.seed(c.loop.seed)
-        random.seed(c.loop.seed)
         adapter = Path(self.start_adapter) if self.start_adapter else None
-        self.generator = self._build_generator(Path(self.model_dir), adapter)
-        self.policy = local.build_policy(c, Path(self.model_dir), adapter)
-        params = dict(c.algo.params)
-        params.setdefault("seed", c.loop.seed)
-        self.algorithm = algos.make(c.algo.name, self.policy, **params)
-        if getattr(c.algo, "episode_mean", False):  # as runners.local._train does
-            local.weight_episodes_equally(self.algorithm)
+        # The same construction as runners.local._train: identical LoRA init on every rank.
+        self.generator, self.policy, self.algorithm, self.probe = local.build_training(
+            c, Path(self.model_dir), adapter, generator=self._build_generator(Path(self.model_dir), adapter))
         self.averager = GradAverager(self.algorithm.optimizer)
         self.rollout = local.rollout_config(c)
         self.sync = None
-        self.probe = None
-        if c.loop.parity_every > 0:
-            from runners.parity import ParityProbe
-
-            self.probe = ParityProbe.from_encoder(self.generator.encoder)
         state: dict[str, Any] = {}
         if self.resume_from:
             stream = MazeStream(size=c.maze.size, seed=c.maze.stream_seed, generator=c.maze.generator,

@@ -26,7 +26,6 @@ store ``MazeNetPolicy.turn_observation(obs, mask)`` in ``Turn.observation`` so t
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
