@@ -48,7 +48,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file or directory to disk (best effort: some filesystems refuse directory fsync)."""
     try:
         fd = os.open(str(path), os.O_RDONLY)
     except OSError:
@@ -67,12 +68,12 @@ def write_manifest(directory: Path, step: int) -> dict:
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
         rel = path.relative_to(directory).as_posix()
         files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        _fsync(path)
+        fsync_path(path)
     manifest = {"step": int(step), "files": files}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    _fsync(directory / MANIFEST)
+    fsync_path(directory / MANIFEST)
     for sub in [directory, *(p for p in directory.rglob("*") if p.is_dir())]:
-        _fsync(sub)
+        fsync_path(sub)
     return manifest
 
 
@@ -121,7 +122,7 @@ class CheckpointManager:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync(self.root)
+            fsync_path(self.root)
             self._write_latest(final.name)
         finally:
             if tmp.exists():
@@ -136,7 +137,7 @@ class CheckpointManager:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.root / LATEST)
-        _fsync(self.root)
+        fsync_path(self.root)
 
     def prune(self) -> None:
         """Delete all but the newest ``keep`` checkpoints (and stale temp dirs)."""

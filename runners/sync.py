@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runners.checkpoint import fsync_path
+
 LATEST_FILE = "LATEST"
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
 
@@ -33,25 +35,12 @@ def version_dir_name(version: int) -> str:
     return f"v{int(version):06d}"
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(path: Path) -> None:
     for f in path.iterdir():
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-    _fsync_dir(path)
+    fsync_path(path)
 
 
 def write_adapter(source: Any, directory: Path) -> None:
@@ -153,7 +142,7 @@ class AdapterSync:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.sync_dir / LATEST_FILE)
-        _fsync_dir(self.sync_dir)
+        fsync_path(self.sync_dir)
 
     def _prune(self) -> None:
         for version in self.versions()[: -self.keep]:
