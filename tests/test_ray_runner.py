@@ -147,9 +147,11 @@ def sft_model():
 
 
 def _small(run_dir, model, *overrides):
+    # Sampling settings pinned here (not inherited from the preset): at T=1 the tiny groups have
+    # reward variance, so updates happen and the local-vs-Ray comparisons are not vacuous.
     return _config(run_dir, f"sft.checkpoint={model}", "logging.progress=false", "loop.mazes_per_step=2",
-                   "rollout.group_size=4", "loop.steps=3", "eval.every=0", "eval.before_rl=false",
-                   "checkpoint.every=1", *overrides)
+                   "rollout.group_size=4", "rollout.temperature=1.0", "algo.lr=3e-4", "loop.steps=3", "eval.every=0",
+                   "eval.before_rl=false", "checkpoint.every=1", *overrides)
 
 
 def _records(run_dir) -> list[dict]:
