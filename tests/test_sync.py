@@ -13,6 +13,7 @@ from runners.generation.hf import HFGenerator
 from runners.rollout import RolloutConfig, collect_groups
 from runners.sync import AdapterSync
 from runners.tiny import build_tiny_text_lm
+from lora_helpers import perturb_lora
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +28,6 @@ def policy(model_path):
     return LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=4, alpha=8), dtype=torch.float32)
 
 
-def perturb_lora(policy, seed: int, scale: float = 0.5) -> None:
-    """Make the adapter non-trivial: LoRA B starts at zero, so fill it with noise."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
 
 
 def test_publish_is_versioned_atomic_and_pruned(tmp_path, policy):
