@@ -1,4 +1,4 @@
-"""Advantage estimators: GRPO, Dr.GRPO, RLOO, GAE, and turn-level credit.
+"""Advantage estimators: GRPO, Dr.GRPO, RLOO, GAE, turn-level credit and GiGPO's anchor states.
 
 Conventions (documented because every framework differs):
 
@@ -167,6 +167,42 @@ def turn_level_advantages(
     key = ep_group * (int(turn_idx.max()) + 1 if turn_idx.numel() else 1) + turn_idx
     flat_adv = grpo_advantages(flat, key, norm_by_std=norm_by_std, eps=eps)
     return list(torch.split(flat_adv, [g.numel() for g in rtg]))
+
+
+def anchor_state_advantages(
+    turn_rewards: Sequence[Sequence[float]],
+    turn_states: Sequence[Sequence[str]],
+    group_ids: Sequence[int],
+    gamma: float = 0.95,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> list[torch.Tensor]:
+    """GiGPO's step-level advantages (Feng et al. 2025, arXiv:2505.10978).
+
+    Within a group (all plays of one maze), every turn taken from the same environment state
+    -- in any episode, at any turn index -- forms an *anchor-state group*. Each turn's
+    discounted return-to-go ``G_t`` is compared with its anchor group:
+    ``A_t = (G_t - mean_s) / (std_s + eps)`` (unbiased std; ``norm_by_std=False`` keeps the
+    mean only). The baseline depends only on the state, so it is action-independent; with
+    ``gamma < 1`` the move that reaches the goal sooner from the same cell scores higher even
+    when every episode of the group succeeded. Turns with an empty state key, and anchor groups
+    of one turn, get 0.
+    """
+    rtg = [discounted_returns_to_go(r, gamma) for r in turn_rewards]
+    keys, flat = [], []
+    for g, states, returns in zip(group_ids, turn_states, rtg):
+        if len(states) != returns.numel():
+            raise ValueError(f"{len(states)} state keys for an episode of {returns.numel()} turns")
+        keys += [(int(g), s) if s else None for s in states]
+        flat.append(returns)
+    values = torch.cat(flat) if flat else torch.zeros(0, dtype=torch.float64)
+    known = [i for i, k in enumerate(keys) if k is not None]
+    adv = torch.zeros(values.numel(), dtype=torch.float64)
+    if known:
+        ids = {k: n for n, k in enumerate(dict.fromkeys(keys[i] for i in known))}
+        anchor = torch.tensor([ids[keys[i]] for i in known])
+        adv[known] = grpo_advantages(values[known], anchor, norm_by_std=norm_by_std, eps=eps).double()
+    return [a.float() for a in torch.split(adv, [r.numel() for r in rtg])]
 
 
 def _pooled_turn_std(rtg: list[torch.Tensor], gids: torch.Tensor) -> dict[int, torch.Tensor]:

@@ -123,6 +123,10 @@ class Algorithm:
         """Per-turn advantages [N] (turns in episode order) and optional value targets [N]."""
         raise NotImplementedError
 
+    def filter_returns(self, episodes: Sequence[Episode]) -> torch.Tensor:
+        """The per-episode values zero-variance filtering compares within a group (default: returns)."""
+        return torch.tensor([ep.episode_return for ep in episodes], dtype=torch.float64)
+
     def group_relative_advantages(self, episodes: Sequence[Episode], estimator: str, norm_by_std: bool = True) -> torch.Tensor:
         """Shared by GRPO/Dr.GRPO/DAPO/RLOO: episode-level advantages broadcast to turns, or
         turn-level credit (:func:`algos.advantages.turn_level_advantages`) when enabled."""
@@ -203,7 +207,7 @@ class Algorithm:
         metrics["return_mean"] = returns.mean().item() if len(episodes) else 0.0
         metrics["success_rate"] = sum(ep.success for ep in episodes) / max(len(episodes), 1)
         if c.filter_zero_variance and episodes:
-            keep = losses.zero_variance_mask(returns, group_ids)
+            keep = losses.zero_variance_mask(self.filter_returns(episodes), group_ids)
             episodes = [ep for ep, k in zip(episodes, keep.tolist()) if k]
         metrics["kept_episode_frac"] = len(episodes) / max(len(returns), 1)
 
@@ -262,13 +266,22 @@ class Algorithm:
             weight = len(sub) / len(rows)
             for k, v in m.items():
                 sums[k] += v if k in ADDITIVE_METRICS else v * weight
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        clip = c.max_grad_norm if c.max_grad_norm > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        grad_norm = self.clip_gradients()
         self.optimizer.step()
-        sums["grad_norm"] = float(grad_norm)
+        sums["grad_norm"] = grad_norm
         sums["total_loss"] = total_loss
         return sums
+
+    def clip_gradients(self) -> float:
+        """Clip the global gradient norm to ``max_grad_norm`` (<= 0: no clipping); returns the norm before clipping.
+
+        Called once per optimizer step, between the last backward and ``optimizer.step()``: the hook
+        where a data-parallel runner synchronises ranks and reduces sharded gradients
+        (``runners.fsdp.Lockstep``).
+        """
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        clip = self.config.max_grad_norm if self.config.max_grad_norm > 0 else math.inf
+        return float(torch.nn.utils.clip_grad_norm_(params, clip))
 
     def _skipped(self, metrics: dict[str, float]) -> dict[str, float]:
         """Metrics for an update with nothing to train on (e.g. every group filtered out)."""

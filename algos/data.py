@@ -50,6 +50,10 @@ class Turn:
     """Critic estimate recorded at rollout time (PPO), if the policy has a value head."""
     text: str = ""
     """Decoded response text, kept for logging and debugging."""
+    state: str = ""
+    """The environment state the decision was taken in (VisMaze: the agent's cell, ``"row,col"``).
+    Turns of one group with equal ``state`` are the *anchor states* of step-level credit (GiGPO);
+    empty when unknown."""
 
     @property
     def loss_mask(self) -> list[int]:

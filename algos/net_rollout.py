@@ -50,7 +50,7 @@ def play_mazes(
 
     kwargs = {"obs_mode": "image", "cell_px": 4, **(env_kwargs or {})}
     size = mazes[0].size
-    envs, episodes, obs, masks = [], [], [], []
+    envs, episodes, obs, masks, agent = [], [], [], [], []
     for g, maze in enumerate(mazes):
         for _ in range(group_size):
             env = VisMazeEnv(size=size, max_moves=max_moves, **kwargs)
@@ -60,6 +60,7 @@ def play_mazes(
                                     weights_version=weights_version))
             obs.append(o)
             masks.append(info["action_mask"])
+            agent.append(info["agent"])
     generator = torch.Generator().manual_seed(seed)
     active = list(range(len(envs)))
     while active:
@@ -69,11 +70,12 @@ def play_mazes(
         for k, i in enumerate(active):
             a = int(actions[k])
             turn = Turn(response_ids=[a], logprobs=[float(logps[k])], action=a, value=float(values[k]),
-                        observation=policy.turn_observation(obs[i], masks[i] if use_action_mask else None))
+                        observation=policy.turn_observation(obs[i], masks[i] if use_action_mask else None),
+                        state=f"{int(agent[i][0])},{int(agent[i][1])}")
             o, reward, terminated, truncated, info = envs[i].step(a)
             turn.reward = float(reward)
             episodes[i].turns.append(turn)
-            obs[i], masks[i] = o, info["action_mask"]
+            obs[i], masks[i], agent[i] = o, info["action_mask"], info["agent"]
             if terminated or truncated:
                 episodes[i].success = bool(info["is_success"])
                 episodes[i].truncated = bool(truncated)

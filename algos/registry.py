@@ -25,6 +25,7 @@ _BUILTIN_MODULES = {
     "dr_grpo": "algos.dr_grpo",
     "dapo": "algos.dapo",
     "rloo": "algos.rloo",
+    "gigpo": "algos.gigpo",
     "ppo": "algos.ppo",
 }
 _REGISTRY: dict[str, type] = {}

@@ -117,9 +117,16 @@ def _start(maze: MazeSpec, group_id: int, config: RolloutConfig, version: int, s
     return _Play(env=env, obs=_own_images(obs), info=info, episode=episode)
 
 
+def agent_state(info: dict[str, Any]) -> str:
+    """The anchor-state key of a turn: the agent's cell before the move (``"row,col"``)."""
+    agent = info.get("agent")
+    return "" if agent is None else f"{int(agent[0])},{int(agent[1])}"
+
+
 def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt, result: Any) -> None:
     """Parse one reply, step the env (or spend an invalid move) and record the turn."""
     text = _printable(result.text)
+    state = agent_state(play.info)
     parsed = parse_action(text, require_stop=config.require_stop)
     if parsed.valid and parsed.action < play.env.action_space.n:
         obs, reward, terminated, truncated, info = play.env.step(parsed.action)
@@ -137,6 +144,7 @@ def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt
             valid=valid,
             images=list(prompt.images),
             text=text,
+            state=state,
         )
     )
     play.episode.info["finish_reasons"].append(result.finish_reason)

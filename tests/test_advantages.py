@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from algos.advantages import (
+    anchor_state_advantages,
     discounted_returns_to_go,
     dr_grpo_advantages,
     gae,
@@ -126,3 +127,37 @@ def test_turn_level_equal_episode_returns_fall_back_to_pooled_turn_std():
     pooled = torch.tensor([0.75, 0.5, 0.75, 0.5], dtype=torch.float64).std().item()
     assert adv[0].tolist() == pytest.approx([0.0, -0.25 / pooled])
     assert max(a.abs().max().item() for a in adv) < 10
+
+
+def test_anchor_state_advantages_by_hand():
+    # gamma 0.5, reward 1 at the goal. Returns-to-go: ep0 [0.25, 0.5, 1], ep1 [0.5, 1], ep2 [0, 0, 0].
+    # anchor "a" (ep0 t0, ep1 t0, ep2 t0): [0.25, 0.5, 0] -> mean 0.25, unbiased std 0.25 -> [0, 1, -1]
+    # anchor "b" (ep0 t1, ep2 t1, ep2 t2): [0.5, 0, 0] -> mean 1/6, std sqrt(1/12)
+    # anchor "c" (ep0 t2, ep1 t1): [1, 1] -> all equal -> 0
+    out = anchor_state_advantages([[0, 0, 1], [0, 1], [0, 0, 0]], [["a", "b", "c"], ["a", "c"], ["a", "b", "b"]],
+                                  [0, 0, 0], gamma=0.5)
+    sb = math.sqrt(1 / 12)
+    assert out[0].tolist() == pytest.approx([0.0, (1 / 3) / sb, 0.0], abs=1e-4)
+    assert out[1].tolist() == pytest.approx([1.0, 0.0], abs=1e-4)
+    assert out[2].tolist() == pytest.approx([-1.0, (-1 / 6) / sb, (-1 / 6) / sb], abs=1e-4)
+
+
+def test_anchor_states_never_mix_groups_and_unknown_states_get_zero():
+    # Same cell name in two different mazes (groups) is not the same state; "" means unknown.
+    out = anchor_state_advantages([[1.0], [0.0], [1.0], [0.0]], [["x"], ["x"], ["x"], [""]], [0, 0, 1, 1], gamma=1.0)
+    s = math.sqrt(0.5)
+    assert [o.item() for o in out] == pytest.approx([0.5 / s, -0.5 / s, 0.0, 0.0], abs=1e-4)
+
+
+def test_anchor_states_reward_the_shorter_way_when_every_play_succeeds():
+    # Both plays from cell "s" reach the goal; the 1-move one must beat the 3-move detour.
+    out = anchor_state_advantages([[1.0], [0.0, 0.0, 1.0]], [["s"], ["s", "t", "u"]], [0, 0], gamma=0.9,
+                                  norm_by_std=False)
+    assert out[0].item() == pytest.approx((1 - 0.81) / 2)
+    assert out[1][0].item() == pytest.approx(-(1 - 0.81) / 2)
+    assert out[1][1:].tolist() == [0.0, 0.0]
+
+
+def test_anchor_states_length_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="state keys"):
+        anchor_state_advantages([[0.0, 1.0]], [["a"]], [0])

@@ -51,7 +51,7 @@ def make_episodes(policy, num_groups=3, group_size=4, turns=3, seed=0) -> list[E
 def test_registry_lists_builtins_with_grpo_default():
     names = algos.available()
     assert algos.DEFAULT == "grpo" and names[0] == "grpo"
-    assert {"grpo", "ppo", "dr_grpo", "dapo", "rloo"} <= set(names)
+    assert {"grpo", "ppo", "dr_grpo", "dapo", "rloo", "gigpo"} <= set(names)
 
 
 def _documented_fields(cls) -> set[str]:
