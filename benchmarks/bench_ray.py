@@ -3,7 +3,7 @@
 Runs the same small GRPO job (tiny text model, no SFT, zero-variance filter off so every step
 really updates) with the local runner and with the Ray runner on 1..N CPU workers, then
 prints per-phase seconds per step (generate / update / sync / checkpoint), sync publish and
-load latency, and episodes per second::
+load latency, episodes per second, and the FSDP lockstep padding passes per step (all ranks)::
 
     .venv/bin/python benchmarks/bench_ray.py --workers 1 2 --steps 4
     .venv/bin/python benchmarks/bench_ray.py --json bench_ray.json
@@ -47,6 +47,7 @@ def summarize_run(run_dir: Path, wall: float) -> dict[str, float]:
         "step_s": step_s, "generate_s": mean("time/generate"), "update_s": mean("time/update"),
         "sync_s": mean("time/sync"), "checkpoint_s": mean("time/checkpoint"), "final_eval_s": recs[-1].get("time/eval", float("nan")),
         "sync_publish_s": mean("sync/publish_s"), "sync_load_s": mean("sync/load_s"),
+        "padding_passes": mean("ray/padding_passes"),
         "episodes_per_s": episodes / step_s, "gen_episodes_per_s": episodes / mean("time/generate"),
         "wall_s_total": wall,
     }
@@ -82,7 +83,7 @@ def run_ray(base: Path, workers: int, args: argparse.Namespace) -> dict[str, flo
 def format_table(rows: dict[str, dict[str, float]]) -> str:
     """A readable table, one row per runner configuration."""
     cols = ["step_s", "generate_s", "update_s", "sync_s", "checkpoint_s", "sync_publish_s", "sync_load_s", "episodes_per_s",
-            "final_eval_s"]
+            "final_eval_s", "padding_passes"]
     out = [f"{'runner':<10}" + "".join(f"{c:>16}" for c in cols)]
     for name, row in rows.items():
         out.append(f"{name:<10}" + "".join(f"{row[c]:>16.3f}" for c in cols))

@@ -141,17 +141,22 @@ def seed_all(seed: int) -> None:
     random.seed(seed)
 
 
-def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = None, generator: Any = None):
+def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = None, generator: Any = None,
+                   prepare_policy: Callable[[Any], Any] | None = None):
     """Build ``(generator, policy, algorithm, probe)``, seeded, exactly as every runner must.
 
     The local runner and each Ray worker call this, so every rank starts from the same LoRA
     init and the same algorithm state. ``generator`` replaces the default one (e.g. a vLLM
-    engine with sleep mode on a GPU worker); ``probe`` is None when ``loop.parity_every == 0``.
+    engine with sleep mode on a GPU worker); ``prepare_policy(policy)`` runs after the LoRA init
+    and before the optimizer is built (the Ray worker shards the policy there:
+    :func:`runners.fsdp.shard_policy`); ``probe`` is None when ``loop.parity_every == 0``.
     """
     if generator is None:
         generator = build_generator(config, model_dir, adapter, version=0)
     seed_all(config.loop.seed)  # after the generator, whichever built it: the LoRA init is the same everywhere
     policy = build_policy(config, model_dir, adapter)
+    if prepare_policy is not None:
+        policy = prepare_policy(policy)
     params = dict(config.algo.params)
     params.setdefault("seed", config.loop.seed)
     algorithm = algos.make(config.algo.name, policy, **params)

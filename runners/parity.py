@@ -113,10 +113,15 @@ class ParityProbe:
         return cls.from_encoder(generator.encoder, tolerance=tolerance, **kwargs)
 
     def check(self, generator: Any, policy: Any = None, version: int | None = None,
-              trainer_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None) -> dict:
+              trainer_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None,
+              reference_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None) -> dict:
         """Compare generator and trainer log-probs on the probe; raise StaleWeightsError on mismatch.
 
         The trainer side is ``policy.evaluate`` (or ``trainer_fn(prompt_ids, response_ids, images)``).
+        ``reference_fn`` (same signature: the base model's log-probs) lets a failure report say
+        "adapter never applied" without running ``policy`` again, e.g. when the policy is
+        FSDP-sharded and every forward is a collective (runners.ray_runner computes both sides on
+        every rank and passes them as functions).
         ``version`` is the adapter version just published; the generator must report it.
         Returns ``{"version", "mean_abs", "max_abs"}``.
         """
@@ -137,11 +142,12 @@ class ParityProbe:
         max_abs = float(np.max(np.abs(np.asarray(seen) - np.asarray(expected)))) if seen else 0.0
         record = {"version": generator.adapter_version, "mean_abs": mean_abs, "max_abs": max_abs, "generator": list(seen)}
         if mean_abs > self.tolerance:
-            raise StaleWeightsError(self._explain(seen, expected, mean_abs, policy, generator.adapter_version))
+            raise StaleWeightsError(self._explain(seen, expected, mean_abs, policy, generator.adapter_version, reference_fn))
         self.history.append(record)
         return {k: record[k] for k in ("version", "mean_abs", "max_abs")}
 
-    def _explain(self, seen: list[float], expected: list[float], mean_abs: float, policy: Any, version: int) -> str:
+    def _explain(self, seen: list[float], expected: list[float], mean_abs: float, policy: Any, version: int,
+                 reference_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None) -> str:
         """Name the most likely cause by comparing with the base model and the previous check."""
         lines = [
             f"parity probe failed at adapter version {version}: generator log-probs differ from the trainer's by "
@@ -150,10 +156,13 @@ class ParityProbe:
             f"  generator gives (first tokens): {np.round(seen[:6], 4).tolist()}",
         ]
         cause = "the generator is not using the weights the trainer published (stale or missing adapter load), or dtypes differ"
-        if policy is not None and hasattr(policy, "model") and hasattr(policy.model, "disable_adapter"):
+        base = None
+        if reference_fn is not None:
+            base = reference_fn(self.prompt_ids, self.response_ids, self.images)
+        elif policy is not None and hasattr(policy, "model") and hasattr(policy.model, "disable_adapter"):
             base = trainer_logprobs(policy, self.prompt_ids, self.response_ids, self.images, reference=True)
-            if _mean_abs(seen, base) <= self.tolerance:
-                cause = "the generator matches the BASE model: the adapter was never applied (missing load / LoRA disabled)"
+        if base is not None and _mean_abs(seen, base) <= self.tolerance:
+            cause = "the generator matches the BASE model: the adapter was never applied (missing load / LoRA disabled)"
         if self.history and _mean_abs(seen, self.history[-1]["generator"]) <= self.tolerance * 0.1:
             cause = (f"the generator gives exactly what it gave at version {self.history[-1]['version']}: it still serves "
                      "the previous adapter (skipped sync, a reused LoRA id or a cached adapter)")

@@ -5,24 +5,32 @@ rollout, update, sync, eval and checkpoint code; it only adds placement and tran
 
 Placement. One placement group with one bundle per worker (``{"CPU": c, "GPU": g}``); each
 bundle hosts one :class:`RolloutTrainWorker` actor that holds *both* a generation engine (HF or
-vLLM) and one training rank (the policy plus its optimizer), colocated on the same device.
+vLLM) and one FSDP2 training rank (its shard of the policy and of the optimizer state),
+colocated on the same device.
 
 One step (driver: :func:`train`)::
 
     generate   every worker plays its share of the step's maze groups  -> episodes (object store)
-    update     every worker updates on its share; LoRA grads are averaged with torch.distributed
-               (gloo on CPU, nccl on GPU) before each optimizer step, so all ranks stay identical
-    sync       rank 0 gathers the adapter, publishes it to the shared sync dir as version v
-               (AdapterSync: write, then flip the LATEST marker); every engine loads version v;
-               barrier; the parity probe checks sampler and trainer agree
+    update     every rank updates on its own share; the policy is sharded with FSDP2 (gloo on CPU,
+               nccl on GPU) and the ranks run the same passes in lockstep (padding where a rank
+               has fewer forwards, micro-batches or optimizer steps; runners.fsdp.Lockstep)
+    sync       every rank joins the all-gather of the adapter; rank 0 publishes it to the shared
+               sync dir as version v (AdapterSync: write, then flip the LATEST marker); every
+               engine loads version v; barrier; the parity probe checks sampler and trainer agree
+               (the trainer side is a collective forward, run on every rank)
     eval       the fixed eval mazes are split across workers, results merged on the driver
-    checkpoint rank 0 saves the *gathered* adapter + optimizer state (rank-independent), so a
-               run resumes on any number of workers
+    checkpoint adapter and optimizer state are gathered in full (collective), rank 0 writes them in
+               the local runner's format, so a run resumes on any number of workers (or locally)
 
-Data parallelism is DDP-style, not FSDP2: the adapter (all that trains) is replicated and its
-gradients all-reduced (:class:`GradAverager`). FSDP2's per-forward all-gathers need every rank
-to run the same number of forward/backward passes, but ranks hold episodes with different
-numbers of turns; the averager tolerates different numbers of optimizer steps per rank.
+Data parallelism is FSDP2 (:mod:`runners.fsdp`): one ``fully_shard`` per decoder layer, then the
+root; frozen base weights, LoRA weights, gradients and AdamW state are sharded across ranks.
+FSDP2 all-gathers in every forward and reduce-scatters in every backward, so every rank must
+run the same passes, while ranks hold episodes with different numbers of turns (and
+zero-variance filtering can leave a rank with nothing): :class:`runners.fsdp.Lockstep` runs
+synchronisation rounds before every forward and optimizer step and has the short ranks run
+padding passes (loss x 0, exact zero gradients). The gradient of each optimizer step is the
+mean over the ranks that had data for it, then clipped by its global norm; with one worker the
+update is the local runner's, bit for bit.
 
 Before RL, the SFT stage (when enabled and no SFT checkpoint exists) runs on the driver with
 the local runner's code; on GPUs with vLLM each engine sleeps during the update and wakes for
@@ -79,87 +87,7 @@ class RayConfig:
     """GPU + vLLM: put the engine to sleep while the trainer updates, wake it for the sync."""
 
 
-# ------------------------------------------------------------ gradient averaging (DDP-style)
-
-
-class GradAverager:
-    """Averages the gradients of ``params`` across ranks right before every optimizer step.
-
-    Installed as an optimizer step pre-hook, so the algorithm's update loop is unchanged. Ranks
-    may take different numbers of optimizer steps in one update (their episodes have different
-    numbers of turns, a rank may have nothing to train on): every step is one *round* in which
-    all ranks first all-reduce an "I am stepping" flag; ranks that already finished join the
-    round from :meth:`finish` with zero gradients and apply the same averaged step, so weights
-    and optimizer state stay bit-identical on every rank. The average is over the ranks that
-    stepped in that round.
-    """
-
-    def __init__(self, optimizer: Any, group: Any = None):
-        import torch.distributed as dist
-
-        self.optimizer = optimizer
-        self.group = group
-        self.world_size = dist.get_world_size(group)
-        self._replaying = False
-        self.rounds = 0
-        optimizer.register_step_pre_hook(self._before_step)
-
-    def _params(self) -> list[Any]:
-        return [p for g in self.optimizer.param_groups for p in g["params"]]
-
-    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.world_size > 1 and not self._replaying:
-            self._round(active=True)
-
-    def _round(self, active: bool) -> bool:
-        """One synchronisation round; returns False when no rank is stepping any more."""
-        import torch
-        import torch.distributed as dist
-
-        lr = self.optimizer.param_groups[0]["lr"]
-        head = torch.tensor([1.0 if active else 0.0, lr if active else 0.0], dtype=torch.float64)
-        dist.all_reduce(head, group=self.group)
-        n_active = int(round(head[0].item()))
-        if n_active == 0:
-            return False
-        params = self._params()
-        flat = torch.cat([
-            (p.grad.detach().reshape(-1) if (active and p.grad is not None) else torch.zeros(p.numel(), device=p.device)).float()
-            for p in params
-        ])
-        dist.all_reduce(flat, group=self.group)
-        flat /= n_active
-        offset = 0
-        for p in params:
-            chunk = flat[offset : offset + p.numel()].view_as(p).to(p.dtype)
-            if p.grad is None:
-                p.grad = chunk.clone()
-            else:
-                p.grad.copy_(chunk)
-            offset += p.numel()
-        self.rounds += 1
-        if not active:
-            # Replay the step the active ranks take, at their learning rate.
-            saved = [g["lr"] for g in self.optimizer.param_groups]
-            for g in self.optimizer.param_groups:
-                g["lr"] = head[1].item() / n_active
-            self._replaying = True
-            try:
-                self.optimizer.step()
-            finally:
-                self._replaying = False
-                for g, value in zip(self.optimizer.param_groups, saved):
-                    g["lr"] = value
-            self.optimizer.zero_grad(set_to_none=True)
-        return True
-
-    def finish(self) -> int:
-        """Call after the local update: serve rounds until every rank is done; returns rounds served."""
-        served = 0
-        if self.world_size > 1:
-            while self._round(active=False):
-                served += 1
-        return served
+# ------------------------------------------------------------------------ process group
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, timeout_s: float) -> str:
@@ -363,10 +291,12 @@ class WorkerGroup:
 
 
 class RolloutTrainWorker:
-    """One bundle: a generation engine and one training rank, colocated on the same device.
+    """One bundle: a generation engine and one FSDP2 training rank, colocated on the same device.
 
     Every phase calls the local runner's functions (:mod:`runners.local`); this class only adds
-    the process group, the split of work, and adapter transport through the shared sync dir.
+    the process group, the sharding and lockstep of :mod:`runners.fsdp`, the split of work, and
+    adapter transport through the shared sync dir. ``update``, ``publish``, ``load_published``,
+    ``save_checkpoint`` and ``save_adapter`` run collectives: the driver calls them on every rank.
     """
 
     def __init__(self, rank: int, world_size: int, config_data: dict, ray_cfg: RayConfig, model_dir: str,
@@ -391,12 +321,15 @@ class RolloutTrainWorker:
 
     def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
         """Join the process group, build engine + policy + algorithm exactly like the local runner, resume."""
+        import datetime
         import os
         from pathlib import Path
 
+        import torch.distributed as dist
+
         from mazegym.evalsets import MazeStream
         from runners import config as cfgmod
-        from runners import local
+        from runners import fsdp, local
 
         self.config = cfgmod.from_dict(self.config_data)
         c = self.config
@@ -404,17 +337,26 @@ class RolloutTrainWorker:
         self.backend = init_process_group(self.rank, self.world_size, master_addr, master_port,
                                           self.ray_cfg.backend, self.ray_cfg.collective_timeout_s)
         adapter = Path(self.start_adapter) if self.start_adapter else None
-        # The same construction as runners.local._train: identical LoRA init on every rank.
+        # The same construction as runners.local._train (identical LoRA init on every rank), with
+        # the policy sharded by FSDP2 before the optimizer is built over its (DTensor) parameters.
         self.generator, self.policy, self.algorithm, self.probe = local.build_training(
-            c, Path(self.model_dir), adapter, generator=self._build_generator(Path(self.model_dir), adapter))
-        self.averager = GradAverager(self.algorithm.optimizer)
+            c, Path(self.model_dir), adapter, generator=self._build_generator(Path(self.model_dir), adapter),
+            prepare_policy=fsdp.shard_policy)
+        # Rounds are tiny CPU all-reduces: on nccl they get a gloo group of their own.
+        rounds = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.ray_cfg.collective_timeout_s)) \
+            if self.backend == "nccl" else None
+        self.lockstep = fsdp.Lockstep(self.policy, self.algorithm, group=rounds)
         self.rollout = local.rollout_config(c)
-        self.sync = None
+        # As on the local runner: sampled image placeholders never reach the trainer (a failing
+        # forward on one rank would leave the others waiting in a collective).
+        self.forbidden = local.vision_placeholder_ids(Path(self.model_dir))
         state: dict[str, Any] = {}
         if self.resume_from:
             stream = MazeStream(size=c.maze.size, seed=c.maze.stream_seed, generator=c.maze.generator,
                                 max_optimal_moves=c.rollout.max_moves)
+            # A full (gathered) checkpoint, whatever the worker count that wrote it: every rank keeps its shards.
             state = local.load_checkpoint(Path(self.resume_from), self.policy, self.algorithm, stream)
+            fsdp.shard_optimizer_state(self.algorithm.optimizer)
             self.generator.load_adapter(str(Path(self.resume_from) / "adapter"), int(state["step"]))
         return {"rank": self.rank, "pid": os.getpid(), "backend": self.backend, "node": worker_address()[0],
                 "resumed_step": int(state.get("step", 0))}
@@ -445,26 +387,29 @@ class RolloutTrainWorker:
                               group_offset=step * c.loop.mazes_per_step + offset)
 
     def update(self, episodes: list) -> dict[str, float]:
-        """The algorithm's update on this rank's episodes; gradients averaged over all ranks."""
+        """The algorithm's update on this rank's episodes, in lockstep with every other rank (FSDP2)."""
         from runners import local
 
         self._engine_sleep()
         try:
-            metrics = local.update_step(self.algorithm, episodes)
-            served = self.averager.finish()
+            with self.lockstep.update():
+                metrics = local.update_step(self.algorithm, episodes, self.forbidden)
         finally:
             self._engine_wake()
-        metrics["dp_rounds_served"] = float(served)
+        metrics[PADDING_KEY] = float(sum(self.lockstep.padding.values()))
         return metrics
 
     def publish(self, sync_dir: str, version: int) -> dict[str, float]:
-        """Rank 0: write the full adapter (every rank holds all of it) as ``version`` to the sync dir."""
+        """Every rank: gather the full adapter; rank 0 writes it as ``version`` to the sync dir."""
         import time
 
+        from runners import fsdp
         from runners.sync import AdapterSync
 
         t0 = time.perf_counter()
-        AdapterSync(sync_dir, keep=2).publish(self.policy, version)
+        adapter = fsdp.gather_adapter(self.policy)
+        if self.rank == 0:
+            AdapterSync(sync_dir, keep=2).publish(fsdp.GatheredAdapter(self.policy, adapter), version)
         return {"sync/publish_s": time.perf_counter() - t0}
 
     def load_published(self, sync_dir: str, version: int, check_parity: bool) -> dict[str, float]:
@@ -473,6 +418,7 @@ class RolloutTrainWorker:
 
         import torch.distributed as dist
 
+        from runners.parity import trainer_logprobs
         from runners.sync import AdapterSync
 
         t0 = time.perf_counter()
@@ -485,7 +431,13 @@ class RolloutTrainWorker:
         out = {"sync/load_s": time.perf_counter() - t0}
         dist.barrier()
         if check_parity and self.probe is not None:
-            out["sync/parity_mean_abs"] = self.probe.check(self.generator, self.policy, version)["mean_abs"]
+            # The trainer's forwards are collectives: every rank computes both sides (adapter and
+            # base model) up front, so a failing check never runs an unmatched forward.
+            p = self.probe
+            trained = trainer_logprobs(self.policy, p.prompt_ids, p.response_ids, p.images)
+            base = trainer_logprobs(self.policy, p.prompt_ids, p.response_ids, p.images, reference=True)
+            out["sync/parity_mean_abs"] = p.check(self.generator, version=version, trainer_fn=lambda *_: trained,
+                                                  reference_fn=lambda *_: base)["mean_abs"]
         out["sync/version"] = float(self.generator.adapter_version)
         return out
 
@@ -505,24 +457,35 @@ class RolloutTrainWorker:
             return evaluate_mazes(self.generator, mazes, rollout, seed=start)
         return play_episodes(self.generator, mazes, rollout, 1, seed=start)
 
-    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict) -> str:
-        """Rank 0: checkpoint the gathered adapter, optimizer and RNGs (valid for any worker count)."""
+    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict) -> str | None:
+        """Every rank: gather adapter and optimizer state; rank 0 checkpoints them with its RNGs (valid
+        for any worker count, and for the local runner). Returns the checkpoint path on rank 0."""
         from pathlib import Path
 
         from mazegym.evalsets import MazeStream
-        from runners import local
+        from runners import fsdp, local
         from runners.checkpoint import CheckpointManager
 
+        adapter = fsdp.gather_adapter(self.policy)
+        trainer_state = fsdp.gather_algorithm_state(self.algorithm)
+        if self.rank != 0:
+            return None
         c = self.config
         stream = MazeStream(size=c.maze.size, seed=c.maze.stream_seed, generator=c.maze.generator,
                             max_optimal_moves=c.rollout.max_moves)
         stream.load_state_dict(stream_state)
         manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None)
-        return str(local.save_checkpoint(manager, step, self.policy, self.algorithm, stream, c, extra))
+        return str(local.save_checkpoint(manager, step, fsdp.GatheredAdapter(self.policy, adapter),
+                                         fsdp.GatheredAlgorithmState(trainer_state), stream, c, extra))
 
-    def save_adapter(self, directory: str) -> str:
-        """Rank 0: write the final adapter (PEFT format)."""
-        return str(self.policy.save_adapter(directory))
+    def save_adapter(self, directory: str) -> str | None:
+        """Every rank: gather the adapter; rank 0 writes it (PEFT format) and returns the path."""
+        from runners import fsdp
+
+        adapter = fsdp.gather_adapter(self.policy)
+        if self.rank != 0:
+            return None
+        return str(fsdp.save_full_adapter(self.policy, adapter, directory))
 
     def close(self) -> None:
         """Leave the process group."""
@@ -572,13 +535,18 @@ def ray_config_from(config: Any) -> RayConfig:
     return rc
 
 
+PADDING_KEY = "fsdp_padding_passes"
+"""Per-rank update metric: padding passes the rank ran (:class:`runners.fsdp.Lockstep`); the
+driver logs the sum as ``ray/padding_passes``, not as a training metric."""
+
+
 def merge_update_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     """Combine per-rank update metrics: counts are summed, optimizer steps maxed (every rank takes
-    the max, see :class:`GradAverager`), the rest averaged (``skipped``: fraction of ranks that had
-    nothing to train on)."""
+    the max: lockstep), the rest averaged (``skipped``: fraction of ranks that had nothing to train
+    on). The padding count (:data:`PADDING_KEY`) is left out: :func:`padding_passes` reports it."""
     summed = {"num_turns", "num_tokens"}
     maxed = {"optimizer_steps"}
-    keys = [k for k in per_rank[0] if k != "dp_rounds_served"]
+    keys = [k for k in per_rank[0] if k != PADDING_KEY]
     out = {}
     for key in keys:
         values = [m[key] for m in per_rank if key in m]
@@ -589,6 +557,11 @@ def merge_update_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
         else:
             out[key] = float(sum(values) / len(values))
     return out
+
+
+def padding_passes(per_rank: list[dict[str, float]]) -> float:
+    """Padding passes run by all ranks in one update (the cost of lockstep)."""
+    return float(sum(m.get(PADDING_KEY, 0.0) for m in per_rank))
 
 
 @dataclass
@@ -752,10 +725,11 @@ def _loop(group: WorkerGroup, config: Any, ray_cfg: RayConfig, run_dir: Any, man
             roll = rollout_metrics(episodes)
         with timer.phase("update"):
             # Each rank trains on the episodes it generated: the refs resolve locally, no copy back.
-            upd = merge_update_metrics(_get_all(group, [a.update.remote(refs[r]) for r, a in enumerate(group.actors)], "update"))
+            upd_per_rank = _get_all(group, [a.update.remote(refs[r]) for r, a in enumerate(group.actors)], "update")
+            upd = merge_update_metrics(upd_per_rank)
         with timer.phase("sync"):
             check = config.loop.parity_every > 0 and step % config.loop.parity_every == 0
-            pub = group.call_rank0("publish", sync_dir, step)
+            pub = group.call("publish", sync_dir, step)[0]
             loads = group.call("load_published", sync_dir, step, check)
             syn = {"sync/version": loads[0]["sync/version"], **pub,
                    "sync/load_s": max(x["sync/load_s"] for x in loads)}
@@ -774,11 +748,12 @@ def _loop(group: WorkerGroup, config: Any, ray_cfg: RayConfig, run_dir: Any, man
         interrupted = stop_after is not None and ran + 1 >= stop_after
         if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
             with timer.phase("checkpoint"):
-                group.call_rank0("save_checkpoint", str(manager.root), manager.keep, step, stream.state_dict(),
-                                 {"before": state.before, "eval_history": state.history, "ray_workers": n})
+                group.call("save_checkpoint", str(manager.root), manager.keep, step, stream.state_dict(),
+                           {"before": state.before, "eval_history": state.history, "ray_workers": n})
         timings = timer.pop()
         record.update(timings)
         record["ray/num_workers"] = float(n)
+        record["ray/padding_passes"] = padding_passes(upd_per_rank)
         metrics.log(step, record, phase="rl")
         if exporter is not None:
             exporter.record_step(step, record, {k.split("/", 1)[1]: v for k, v in timings.items()}, len(episodes), step)
@@ -798,7 +773,7 @@ def _loop(group: WorkerGroup, config: Any, ray_cfg: RayConfig, run_dir: Any, man
     final_adapter = run_dir / "final_adapter"
     if final_adapter.exists():
         shutil.rmtree(final_adapter)
-    group.call_rank0("save_adapter", str(final_adapter))
+    group.call("save_adapter", str(final_adapter))
     heldout = {name: _evaluate(group, name, config.eval.temperature) for name in config.maze.heldout_sets}
     seconds = time.perf_counter() - t_start
     results = {"eval_set": config.maze.eval_set, "before_rl": state.before, "after_rl": after, "heldout": heldout,

@@ -7,8 +7,9 @@ reason, then a JSON summary (``--json PATH`` writes it too)::
     python scripts/gpu_ray_check.py --json gpu_ray_check.json
 
 1. ``environment``  torch sees a GPU, vllm and ray import.
-2. ``fsdp2_nccl``   FSDP2 ``fully_shard`` over a PEFT LoRA model on the NCCL backend (world size 1,
-                    in a child process): one step, then the full adapter state dict is gathered.
+2. ``fsdp2_nccl``   ``runners.fsdp`` on the NCCL backend (world size 1, in a child process): a bf16
+                    model with an fp32 LoRA sharded with FSDP2, one lockstep update, the full
+                    adapter gathered, written and loaded back into a fresh sharded policy.
 3. ``vllm_sleep``   a vLLM engine with sleep mode frees GPU memory on ``sleep(level=1)`` and
                     samples again after ``wake_up()``.
 4. ``ray_runner``   ``runners.ray_runner.train`` on 1 GPU: vLLM backend, NCCL process group,
@@ -72,48 +73,62 @@ def build_tiny(out: Path) -> Path:
     return out
 
 
-def _fsdp2_child(model_dir: str, queue) -> None:
+def _fsdp2_child(model_dir: str, queue, backend: str = "nccl", device: str = "cuda") -> None:
+    """runners.fsdp on one rank: shard a bf16 model with an fp32 LoRA (the GPU preset's dtypes), one
+    lockstep update, gather the adapter, write it, load it into a fresh sharded policy."""
     import datetime
 
     import torch
     import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    from torch.distributed.fsdp import fully_shard
 
-    from algos.policies.lm import LoRAConfig, add_lora
+    import algos
+    from algos.data import Episode, Turn
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+    from runners import fsdp
 
     try:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29531")
-        dist.init_process_group("nccl", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
-        torch.cuda.set_device(0)
-        from transformers import AutoModelForCausalLM
+        dist.init_process_group(backend, rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
+        if device == "cuda":
+            torch.cuda.set_device(0)
 
-        model = add_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda(), LoRAConfig(rank=8))
-        for layer in model.base_model.model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=1e-3)
-        ids = torch.randint(0, 200, (2, 16), device="cuda")
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        lora = {k: v for k, v in full.items() if "lora_" in k}
-        queue.put(_result("PASS", loss=float(loss), lora_tensors=len(lora), backend=dist.get_backend()))
+        def build():
+            torch.manual_seed(0)
+            return fsdp.shard_policy(LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(rank=8, alpha=16),
+                                                                  dtype=torch.bfloat16, device=device))
+
+        policy = build()
+        algorithm = algos.make("grpo", policy, lr=1e-3, micro_batch_size=2, minibatch_size=4)
+        lockstep = fsdp.Lockstep(policy, algorithm)
+        g = torch.Generator().manual_seed(0)
+        episodes = [Episode(turns=[Turn(prompt_ids=torch.randint(10, 200, (12,), generator=g).tolist(),
+                                        response_ids=torch.randint(10, 200, (4,), generator=g).tolist(),
+                                        logprobs=[-1.0] * 4, reward=float(i % 2))] * 2, group_id=0) for i in range(4)]
+        with lockstep.update():
+            metrics = algorithm.update(episodes)
+        full = fsdp.gather_adapter(policy)
+        out = Path(tempfile.mkdtemp(prefix="fsdp_adapter_"))
+        fsdp.save_full_adapter(policy, full, out)
+        fresh = build()
+        fresh.load_adapter(out)
+        same = all(torch.equal(full[k], v) for k, v in fsdp.gather_adapter(fresh).items())
+        ok = same and metrics["optimizer_steps"] >= 2 and all(torch.isfinite(v).all() for v in full.values())
+        queue.put(_result("PASS" if ok else "FAIL", loss=float(metrics["loss"]), grad_norm=metrics["grad_norm"],
+                          optimizer_steps=metrics["optimizer_steps"], lora_tensors=len(full), reload_identical=same,
+                          dtypes=sorted({str(p.dtype) for p in policy.model.parameters()}), backend=dist.get_backend()))
         dist.destroy_process_group()
     except Exception as exc:
         queue.put(_result("FAIL", reason=repr(exc)[:500], traceback=traceback.format_exc()[-2000:]))
 
 
-def check_fsdp2_nccl(model_dir: Path) -> dict:
-    """FSDP2 + NCCL + PEFT LoRA, gathered full state dict (in a child process: clean CUDA state)."""
+def check_fsdp2_nccl(model_dir: Path, backend: str = "nccl", device: str = "cuda") -> dict:
+    """runners.fsdp (FSDP2 + PEFT LoRA, lockstep update, adapter gather/save/load) on NCCL, in a child process."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    proc = ctx.Process(target=_fsdp2_child, args=(str(model_dir), queue))
+    proc = ctx.Process(target=_fsdp2_child, args=(str(model_dir), queue, backend, device))
     proc.start()
     proc.join(300)
     if proc.is_alive():

@@ -1,12 +1,11 @@
-"""The Ray runner: gradient averaging across ranks, work splitting, and end-to-end runs on a local
-Ray cluster started by the tests (CPU, gloo, 2 worker bundles): 1-worker Ray == local runner,
+"""The Ray runner: work splitting, metric merging, and end-to-end runs on a local Ray cluster started
+by the tests (CPU, gloo, 2 worker bundles, each an FSDP2 rank): 1-worker Ray == local runner,
 2 workers learn, a killed worker is replaced and the run finishes, and a checkpoint resumes on a
-different number of workers."""
+different number of workers. The FSDP2 lockstep itself is tested without Ray in test_fsdp.py."""
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import signal
 import socket
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runners import ray_runner
-from runners.ray_runner import merge_update_metrics, split_evenly
+from runners.ray_runner import PADDING_KEY, merge_update_metrics, padding_passes, split_evenly
 
 
 # ------------------------------------------------------------------ pure helpers (no Ray)
@@ -31,11 +30,12 @@ def test_split_evenly_keeps_order_and_balances():
 
 
 def test_merge_update_metrics_sums_counts_and_averages_the_rest():
-    merged = merge_update_metrics([
-        {"loss": 1.0, "num_turns": 10.0, "optimizer_steps": 1.0, "grad_norm": 2.0, "dp_rounds_served": 0.0},
-        {"loss": 3.0, "num_turns": 6.0, "optimizer_steps": 2.0, "grad_norm": 4.0, "dp_rounds_served": 1.0},
-    ])
-    assert merged == {"loss": 2.0, "num_turns": 16.0, "optimizer_steps": 2.0, "grad_norm": 3.0}
+    per_rank = [
+        {"loss": 1.0, "num_turns": 10.0, "optimizer_steps": 1.0, "grad_norm": 2.0, PADDING_KEY: 0.0},
+        {"loss": 3.0, "num_turns": 6.0, "optimizer_steps": 2.0, "grad_norm": 4.0, PADDING_KEY: 5.0},
+    ]
+    assert merge_update_metrics(per_rank) == {"loss": 2.0, "num_turns": 16.0, "optimizer_steps": 2.0, "grad_norm": 3.0}
+    assert padding_passes(per_rank) == 5.0
 
 
 def _config(run_dir, *overrides):
@@ -57,43 +57,6 @@ def test_ray_config_comes_from_the_runner_section(tmp_path):
         ray_runner.ray_config_from(_config(tmp_path, 'runner.options={"max_restart": 1}'))
     with pytest.raises(ConfigError, match="mazes_per_step"):
         ray_runner.ray_config_from(_config(tmp_path, "runner.num_workers=4", "loop.mazes_per_step=2"))
-
-
-def _averager_rank(rank: int, port: int, steps: int, queue) -> None:
-    import torch
-
-    torch.set_num_threads(1)
-    ray_runner.init_process_group(rank, 2, "127.0.0.1", port, "gloo", 60)
-    p = torch.nn.Parameter(torch.zeros(3))
-    opt = torch.optim.SGD([p], lr=0.1)
-    averager = ray_runner.GradAverager(opt)
-    coef = torch.tensor([1.0, 2.0, 3.0]) * (rank + 1)  # rank 0's gradient is c, rank 1's is 2c
-    for _ in range(steps):
-        opt.zero_grad()
-        (p * coef).sum().backward()
-        opt.step()
-    served = averager.finish()
-    queue.put((rank, p.detach().tolist(), served))
-    torch.distributed.destroy_process_group()
-
-
-def test_grad_averager_keeps_ranks_identical_when_they_take_different_numbers_of_steps():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_averager_rank, args=(r, port, steps, queue)) for r, steps in ((0, 3), (1, 1))]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    results = sorted(queue.get() for _ in procs)
-    # Round 1: both step, mean grad 1.5c -> p = -0.15c. Rounds 2-3: only rank 0 steps (grad c;
-    # rank 1 replays it) -> p = -0.25c, then -0.35c. c = [1, 2, 3].
-    for rank, params, served in results:
-        assert params == pytest.approx([-0.35, -0.70, -1.05], abs=1e-6)
-    assert [served for _, _, served in results] == [0, 2]
 
 
 # ------------------------------------------------------------------ on a local Ray cluster

@@ -1,0 +1,425 @@
+"""FSDP2 for the Ray runner's training ranks: shard the LoRA policy, keep ranks in lockstep, gather the adapter.
+
+Every Ray worker (:class:`runners.ray_runner.RolloutTrainWorker`) is one FSDP2 rank. The policy
+(:class:`algos.policies.lm.LoRALMPolicy`, a Hugging Face model with a PEFT LoRA adapter) is
+sharded with ``torch.distributed.fsdp.fully_shard``: one FSDP unit per decoder layer of the
+language model, then the root (which keeps the embeddings, the output head and, for a VLM, the
+vision tower). Frozen base weights, LoRA weights, LoRA gradients and the AdamW state are all
+sharded; the same code runs with gloo on CPUs and NCCL on GPUs. Functions:
+
+* :func:`shard_policy` shards the model (call it before the optimizer is built: it replaces the
+  parameters with DTensors) and makes ``policy.load_adapter`` shard-aware;
+* :func:`gather_adapter` / :func:`save_full_adapter` / :func:`load_full_adapter`: the full
+  adapter in PEFT format (what the sync dir and checkpoints hold, valid for any worker count);
+* :func:`gather_algorithm_state` / :func:`shard_optimizer_state`: the optimizer state in the
+  local runner's (unsharded) checkpoint format, and back into shards after loading;
+* :class:`Lockstep`: every rank runs the same sequence of collectives in one update.
+
+Lockstep. FSDP2 all-gathers parameters in every forward and reduce-scatters gradients in every
+backward, so every rank must run the same passes in the same order, but ranks update on their
+own episodes: different numbers of turns, hence of scoring forwards, micro-batches and
+optimizer steps, and zero-variance filtering can leave a rank with nothing at all. The
+algorithm's update loop (:meth:`algos.base.Algorithm.update`) is not changed; :class:`Lockstep`
+intercepts its three kinds of collective units:
+
+====  ====================================================  ========================================
+unit  where                                                 padding pass
+====  ====================================================  ========================================
+S     a no-grad forward (old / reference log-probs)         a no-grad forward of a 2-token dummy
+M     a forward with grad (its backward follows)            forward + backward of a dummy, loss x 0
+C     ``Algorithm.clip_gradients`` (+ the optimizer step)   clip + optimizer step + zero_grad
+====  ====================================================  ========================================
+
+Before each unit a rank takes part in one *round*: an all-reduce of one-hot "what I do next"
+codes (S < M < C < done). The round runs the smallest pending kind; ranks waiting for a
+later kind, or already done with their update, run the padding pass of that kind and ask
+again. So a rank still scoring holds the others' training back, and an optimizer step (C)
+runs only once every rank has finished the micro-batches of that step (or the whole update),
+so step *j* of every rank is the same global optimizer step. After its local update a rank
+serves rounds until every rank is done (:meth:`Lockstep.finish`). Overhead: one tiny
+all-reduce per unit. With several ranks a micro-batch is one forward (see
+:meth:`Lockstep._evaluate`).
+
+Gradient semantics. Reduce-scatter *sums* (gradient divide factor 1); at each global step
+*j* the summed shard gradients are divided by ``n_j``, the number of ranks that had data for
+step *j* (padding passes contribute exact zeros: loss x 0). The step's gradient is therefore
+the mean over the ranks that trained in it of their own minibatch gradients (each normalised
+over its own minibatch, as on the local runner), then clipped to ``max_grad_norm`` by its
+global norm, then one AdamW step on every shard. With one rank this is the local runner's
+update exactly. (The replaced DDP-style averager also averaged over the ranks that had data,
+but clipped each rank's gradient before averaging.) A rank with nothing to train on still
+takes every optimizer step (its shards are part of the model) and advances its learning-rate
+schedule with the others.
+
+Non-collective paths. Outside an update a forward is still collective, so anything that runs
+the trainer policy (the parity probe) must run on every rank; the Ray worker does that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+S, M, C, DONE = 0, 1, 2, 3
+"""Round codes, in the order rounds serve them: no-grad forward, forward+backward, clip+step, done."""
+UNIT_NAMES = ("S", "M", "C", "done")
+
+
+# ------------------------------------------------------------------------------ sharding
+def device_mesh(device_type: str = "cpu") -> Any:
+    """A 1-D device mesh over every rank of the default process group (FSDP's data-parallel mesh)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device_type, (dist.get_world_size(),), mesh_dim_names=("fsdp",))
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The language model's decoder layers: one FSDP unit each.
+
+    Found by class name in the Hugging Face model's ``_no_split_modules`` (e.g.
+    ``Qwen2DecoderLayer``); vision-tower blocks are left to the root unit, so a padding pass
+    without images all-gathers exactly what a real pass with images does.
+    """
+    from algos.policies.lm import VISION_MODULE_PATTERN
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    names = set(getattr(base, "_no_split_modules", None) or [])
+    vision = re.compile(VISION_MODULE_PATTERN)
+    return [module for name, module in model.named_modules()
+            if type(module).__name__ in names and not vision.fullmatch(name)]
+
+
+def fsdp_modules(model: nn.Module) -> list[Any]:
+    """Every module of ``model`` that :func:`fully_shard` turned into an FSDP unit."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def is_sharded(policy: Any) -> bool:
+    """True when :func:`shard_policy` sharded this policy's model."""
+    return bool(getattr(policy, "fsdp_sharded", False))
+
+
+def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> Any:
+    """Shard ``policy.model`` with FSDP2 in place (one ``fully_shard`` per decoder layer, then the root).
+
+    Call on every rank, after the LoRA init (identical on every rank) and *before* building the
+    optimizer: sharding replaces the parameters with DTensors. Gradients are reduce-scattered
+    as sums (the :class:`Lockstep` divides them by the number of ranks with data). Also makes
+    ``policy.load_adapter`` load a full PEFT adapter into the shards, and makes
+    ``policy.save_adapter`` fail loudly (saving needs the collective :func:`gather_adapter`).
+    ``mp_policy``: an optional ``MixedPrecisionPolicy`` (None keeps the model's own dtypes,
+    i.e. the local runner's numerics). Returns the policy.
+    """
+    import types
+
+    from torch.distributed.fsdp import fully_shard
+
+    if is_sharded(policy):
+        return policy
+    if mesh is None:
+        mesh = device_mesh(policy.device.type)
+    kwargs = {"mesh": mesh}
+    if mp_policy is not None:
+        kwargs["mp_policy"] = mp_policy
+    for layer in decoder_layers(policy.model):
+        fully_shard(layer, **kwargs)
+    fully_shard(policy.model, **kwargs)
+    for module in fsdp_modules(policy.model):
+        module.set_gradient_divide_factor(1.0)
+        module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no AVG / PREMUL_SUM
+        module.set_reduce_scatter_unused_params(True, recurse=False)
+    policy.fsdp_sharded = True
+    policy.fsdp_mesh = mesh
+    policy.load_adapter = types.MethodType(load_full_adapter, policy)
+
+    def _refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the policy is FSDP-sharded: gather the adapter on every rank (runners.fsdp.gather_adapter), "
+                           "then write it on one (runners.fsdp.save_full_adapter)")
+
+    policy.save_adapter = _refuse
+    policy.adapter_state_dict = _refuse
+    return policy
+
+
+# ------------------------------------------------------------------------------ adapter I/O
+def gather_adapter(policy: Any, rank0_only: bool = True) -> dict[str, torch.Tensor]:
+    """The full trainable (LoRA) weights, keyed by parameter name, on CPU. Collective: call on every rank.
+
+    Only the trainable parameters are all-gathered, never the frozen base model (nor a tied
+    output head). ``rank0_only``: the other ranks get an empty dict (rank 0 writes).
+    """
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    keep = not rank0_only or not dist.is_initialized() or dist.get_rank() == 0
+    out = {}
+    for name, p in policy.model.named_parameters():
+        if p.requires_grad:
+            full = p.full_tensor() if isinstance(p, DTensor) else p
+            if keep:
+                out[name] = full.detach().cpu().clone()
+    return out
+
+
+def save_full_adapter(policy: Any, state: dict[str, torch.Tensor], directory: str | Path) -> Path:
+    """Write a gathered adapter (:func:`gather_adapter`) in PEFT format, like ``LoRALMPolicy.save_adapter``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    policy.model.save_pretrained(str(directory), safe_serialization=True, state_dict=state)
+    return directory
+
+
+def peft_key_map(policy: Any) -> dict[str, str]:
+    """PEFT adapter-file key -> model parameter name, for every trainable parameter (PEFT's own renaming)."""
+    import peft
+
+    names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
+    markers = {n: torch.empty(0) for n in names}
+    by_id = {id(t): n for n, t in markers.items()}
+    peft_state = peft.get_peft_model_state_dict(policy.model, state_dict=markers, save_embedding_layers=False)
+    mapping = {key: by_id[id(t)] for key, t in peft_state.items() if id(t) in by_id}
+    if sorted(mapping.values()) != sorted(names):
+        raise RuntimeError(f"could not map the adapter's PEFT keys to the model's {len(names)} trainable parameters")
+    return mapping
+
+
+def load_full_adapter(policy: Any, directory: str | Path) -> None:
+    """Load a PEFT adapter directory into a sharded policy (every rank reads the full file, keeps its shard).
+
+    Collective-safe: call on every rank. The adapter must have been written for the same model
+    and LoRA rank (the unsharded ``LoRALMPolicy.load_adapter`` rules).
+    """
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    directory = Path(directory)
+    weights = directory / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"no adapter_model.safetensors in {directory}")
+    saved = json.loads((directory / "adapter_config.json").read_text())
+    rank = int(policy.model.peft_config["default"].r)
+    if int(saved.get("r", -1)) != rank:
+        raise ValueError(f"adapter in {directory} has rank {saved.get('r')}, this policy rank {rank}")
+    mapping = peft_key_map(policy)
+    loaded = load_file(str(weights))
+    unexpected = sorted(set(loaded) - set(mapping))
+    missing = sorted(set(mapping) - set(loaded))
+    if unexpected or missing:
+        raise ValueError(f"adapter in {directory} does not fit this model: unexpected keys {unexpected[:5]}, missing {missing[:5]}")
+    state = {mapping[k]: v for k, v in loaded.items()}
+    set_model_state_dict(policy.model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+
+
+class GatheredAdapter:
+    """A gathered adapter that writes like a policy (``save_adapter``), for AdapterSync and checkpoints."""
+
+    def __init__(self, policy: Any, state: dict[str, torch.Tensor]):
+        self.policy = policy
+        self.state = state
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write the adapter in PEFT format (see :func:`save_full_adapter`)."""
+        return save_full_adapter(self.policy, self.state, directory)
+
+
+class GatheredAlgorithmState:
+    """Gathered algorithm state that checkpoints like an algorithm (``state_dict``)."""
+
+    def __init__(self, state: dict[str, Any]):
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The gathered state (the local runner's format)."""
+        return self.state
+
+
+# ------------------------------------------------------------------------------ optimizer state
+def _full(value: Any) -> Any:
+    from torch.distributed.tensor import DTensor
+
+    return value.full_tensor().detach().cpu() if isinstance(value, DTensor) else value
+
+
+def gather_algorithm_state(algorithm: Any) -> dict[str, Any]:
+    """``algorithm.state_dict()`` with every sharded optimizer tensor gathered in full, on CPU.
+
+    The result has the local runner's format (``torch.optim`` state keyed by parameter index), so
+    a checkpoint resumes on any number of ranks, or on the local runner. Collective: every rank.
+    """
+    state = dict(algorithm.state_dict())
+    opt = state["optimizer"]
+    full = {idx: {k: _full(v) for k, v in opt["state"][idx].items()} for idx in sorted(opt["state"])}
+    state["optimizer"] = {**opt, "state": full}
+    return state
+
+
+def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> int:
+    """After ``optimizer.load_state_dict`` of a full (gathered or local) state: keep only this rank's shards.
+
+    Every state tensor with its parameter's full shape becomes a DTensor laid out like the
+    parameter (each rank cuts its own shard; no communication). Returns the tensors converted.
+    """
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    converted = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if not isinstance(p, DTensor) or p not in optimizer.state:
+                continue
+            state = optimizer.state[p]
+            for key, value in list(state.items()):
+                if torch.is_tensor(value) and not isinstance(value, DTensor) and tuple(value.shape) == tuple(p.shape):
+                    state[key] = distribute_tensor(value.to(p.device), p.device_mesh, p.placements, src_data_rank=None)
+                    converted += 1
+    return converted
+
+
+# ------------------------------------------------------------------------------ lockstep
+class Lockstep:
+    """Keeps FSDP ranks in lockstep through :meth:`Algorithm.update` (see the module docstring).
+
+    Installed on one rank's ``policy`` and ``algorithm`` (wraps ``policy._forward``,
+    ``policy.evaluate`` and ``algorithm.clip_gradients``); rounds run only inside
+    :meth:`update`, which every rank must enter once per training step::
+
+        with lockstep.update():
+            metrics = algorithm.update(my_episodes)
+    """
+
+    def __init__(self, policy: Any, algorithm: Any, group: Any = None):
+        import torch.distributed as dist
+
+        if not hasattr(algorithm, "clip_gradients"):
+            raise TypeError("the algorithm has no clip_gradients hook (algos.base.Algorithm provides it)")
+        self.policy = policy
+        self.algorithm = algorithm
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.active = False
+        self.padding = {name: 0 for name in UNIT_NAMES[:3]}
+        self._real_steps = 0
+        self._padded_steps = 0
+        self._orig_forward = policy._forward
+        self._orig_evaluate = policy.evaluate
+        policy._forward = self._forward
+        policy.evaluate = self._evaluate
+        algorithm.clip_gradients = self._clip
+
+    # ------------------------------------------------------------ wrappers
+    def _evaluate(self, turns: Any, *, reference: bool = False) -> Any:
+        """``policy.evaluate``; with grad and several ranks, one forward for all ``turns``.
+
+        An M unit is one forward and its backward: several forwards before one backward would
+        let autograd interleave their reduce-scatters differently on different ranks. (The
+        unsharded policy splits a micro-batch above ``policy.micro_batch_size`` turns into several
+        forwards; the results differ by float rounding only. One rank keeps the split, so one
+        worker is the local runner bit for bit.)
+        """
+        if not torch.is_grad_enabled() or reference or self.world_size == 1:
+            return self._orig_evaluate(turns, reference=reference)
+        saved = self.policy.micro_batch_size
+        self.policy.micro_batch_size = max(saved, len(turns))
+        try:
+            return self._orig_evaluate(turns, reference=reference)
+        finally:
+            self.policy.micro_batch_size = saved
+
+    def _forward(self, turns: Any, length: int) -> Any:
+        if self.active:
+            self._run_until(M if torch.is_grad_enabled() else S)
+        return self._orig_forward(turns, length)
+
+    def _clip(self) -> float:
+        n_active = self._run_until(C) if self.active else 1
+        self._real_steps += 1
+        return self._clip_sharded(n_active)
+
+    # ------------------------------------------------------------ rounds
+    @contextlib.contextmanager
+    def update(self) -> Iterator["Lockstep"]:
+        """Rounds on for one update; on a normal exit, serve padding until every rank is done."""
+        self.active = True
+        self.padding = {name: 0 for name in UNIT_NAMES[:3]}
+        self._real_steps = self._padded_steps = 0
+        try:
+            yield self
+            self.finish()
+        finally:
+            self.active = False
+
+    def finish(self) -> dict[str, int]:
+        """Serve padding passes until every rank has finished its update; returns the padding done per unit."""
+        self.algorithm.optimizer.zero_grad(set_to_none=True)
+        self._run_until(DONE)
+        if self._real_steps == 0 and self._padded_steps > 0:
+            # No local data, but the other ranks trained: this rank took their optimizer steps,
+            # so its learning-rate schedule advances with theirs.
+            self.algorithm.scheduler.step()
+            self.algorithm.num_updates += 1
+        return dict(self.padding)
+
+    def _round(self, unit: int) -> list[int]:
+        """One all-reduce: how many ranks want each unit next."""
+        import torch.distributed as dist
+
+        votes = torch.zeros(4, dtype=torch.int64)
+        votes[unit] = 1
+        if self.world_size > 1:
+            dist.all_reduce(votes, group=self.group)
+        return votes.tolist()
+
+    def _run_until(self, unit: int) -> int:
+        """Pad until a round runs ``unit``; returns how many ranks run it for real (C: ranks with data)."""
+        while True:
+            votes = self._round(unit)
+            chosen = next(i for i, n in enumerate(votes) if n > 0)
+            if chosen == unit:
+                return votes[unit]
+            self._pad(chosen, votes[chosen])
+
+    def _dummy(self) -> Any:
+        from algos.data import Turn
+
+        pad = int(self.policy.pad_token_id)
+        return [Turn(prompt_ids=[pad], response_ids=[pad])]
+
+    def _pad(self, unit: int, n_active: int) -> None:
+        """One padding pass of kind ``unit`` (its gradients are exactly zero)."""
+        if unit == S:
+            with torch.no_grad():
+                self._orig_forward(self._dummy(), 1)
+        elif unit == M:
+            with torch.enable_grad():
+                logprobs = self._orig_forward(self._dummy(), 1)[0]
+                (logprobs.sum() * 0.0).backward()
+        elif unit == C:
+            # Only a rank that is done with its update gets here: take the others' step.
+            self._clip_sharded(n_active)
+            self.algorithm.optimizer.step()
+            self.algorithm.optimizer.zero_grad(set_to_none=True)
+            self._padded_steps += 1
+        self.padding[UNIT_NAMES[unit]] += 1
+
+    def _clip_sharded(self, n_active: int) -> float:
+        """Mean over the ``n_active`` ranks with data (grads were summed), then clip by the global norm."""
+        from torch.distributed.tensor import DTensor
+
+        params = [p for g in self.algorithm.optimizer.param_groups for p in g["params"]]
+        if n_active > 1:
+            with torch.no_grad():
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.div_(n_active)
+        c = self.algorithm.config.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, c if c > 0 else math.inf)
+        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
