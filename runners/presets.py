@@ -7,8 +7,9 @@
   lr 1e-4, sparse task reward, episodes weighted equally), evaluated greedily on the fixed stored
   64-maze set ``heldout-7x7``. Measured from the same SFT start (23/64): 12 GRPO steps at T=0.7,
   lr 1e-4 gave 24, 24, 24, 26 solved at steps 3/6/9/12 (+4.7 points); T=1.0 or lr >= 3e-4
-  (with or without shaping / turn-level credit) stayed flat or collapsed (down to 8/64). This is
-  far from the case study's lift (issue 5 stays open): the recipe is the best measured, not a fix.
+  (with or without shaping / turn-level credit, or GiGPO) stayed flat or collapsed (down to 8/64).
+  This is far from the case study's lift (issue 5 stays open): the recipe is the best measured,
+  not a fix. The limit is the model: SFT alone with 4x the data reaches only 50% (README).
 * ``cpu-tiny-vlm``: the same recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,

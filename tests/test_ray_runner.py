@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from runners import ray_runner
+from sft_cache import cached_sft_model
 from runners.ray_runner import PADDING_KEY, merge_update_metrics, padding_passes, split_evenly
 
 
@@ -84,29 +85,7 @@ SFT_STEPS = 250
 @pytest.fixture(scope="module")
 def sft_model():
     """A briefly SFT-trained tiny model (cached on disk by recipe: building it takes minutes on 2 cores)."""
-    import hashlib
-    import shutil
-    import tempfile
-
-    from runners import config as cfgmod
-    from runners import local, tiny
-
-    cfg = _config("unused", f"sft.steps={SFT_STEPS}", "logging.progress=false")
-    recipe = {k: cfgmod.to_dict(cfg)[k] for k in ("model", "sft", "maze", "rollout", "lora")}
-    key = hashlib.sha256(json.dumps([recipe, tiny.TOKENIZER_VERSION], sort_keys=True).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("MAZEGYM_TEST_CACHE", Path.home() / ".cache" / "mazegym" / "tests")) / f"sft-{key}"
-    if not (cache / "config.json").is_file():
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache.parent) as tmp:
-            cfg.run_dir = tmp
-            built = local.run_sft(cfg, log=lambda m: None)
-            staged = Path(tmp) / "staged"
-            shutil.copytree(built, staged)
-            try:
-                os.replace(staged, cache)
-            except OSError:  # another session built it first
-                pass
-    return cache
+    return cached_sft_model(SFT_STEPS)
 
 
 def _small(run_dir, model, *overrides):
