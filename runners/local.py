@@ -12,7 +12,9 @@ One RL step::
 
 The phases are module-level functions (:func:`generate_step`, :func:`update_step`,
 :func:`sync_step`, :func:`eval_step`, :func:`save_checkpoint`, :func:`load_checkpoint`) so a
-distributed runner calls the same code and only adds placement and transport.
+distributed runner calls the same code and only adds placement and transport. The loop around
+them is :func:`runners.loop.run_rl_loop`, shared with the Ray runner; :class:`LocalBackend`
+runs its phases here.
 
 Determinism: every random choice is derived from ``(loop.seed, step)`` or lives in state that
 checkpoints save (maze stream index, algorithm minibatch generator, optimizer, python / numpy /
@@ -27,9 +29,8 @@ import json
 import random
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -40,9 +41,10 @@ from mazegym.evalsets import MazeStream
 from runners import config as cfgmod
 from runners.checkpoint import CheckpointManager
 from runners.config import TrainConfig
-from runners.evaluate import case_study_table, evaluate_set, format_table, write_json
-from runners.metrics import MetricsLogger, PhaseTimer, Progress
-from runners.rollout import RolloutConfig, collect_groups, rollout_metrics
+from runners.evaluate import evaluate_set, write_json
+from runners.metrics import MetricsLogger, Progress
+from runners.loop import LoopState, RunResult, run_rl_loop
+from runners.rollout import RolloutConfig, collect_groups
 
 
 # =========================================================================== models
@@ -306,10 +308,20 @@ def step_seed(config: TrainConfig, step: int) -> int:
 
 
 def generate_step(generator: Any, stream: MazeStream, config: TrainConfig, step: int, rollout: RolloutConfig | None = None) -> list[Episode]:
-    """Play the step's maze groups; group ids are unique across the run."""
+    """Draw the step's mazes from ``stream`` and play them (:func:`play_step_mazes`)."""
+    return play_step_mazes(generator, [next(stream) for _ in range(config.loop.mazes_per_step)], config, step, rollout)
+
+
+def play_step_mazes(generator: Any, mazes: Sequence[Any], config: TrainConfig, step: int, rollout: RolloutConfig | None = None,
+                    offset: int = 0) -> list[Episode]:
+    """Play step ``step``'s maze groups; ``offset`` = index of ``mazes[0]`` among the step's mazes.
+
+    Group ids and env seeds depend only on (step, index of the maze in the step), so a worker
+    playing a slice of the step's mazes produces exactly what one process playing all would.
+    """
     rollout = rollout or rollout_config(config)
-    mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
-    return collect_groups(generator, mazes, rollout, seed=step_seed(config, step), group_offset=step * config.loop.mazes_per_step)
+    return collect_groups(generator, mazes, rollout, seed=step_seed(config, step) + offset * rollout.group_size,
+                          group_offset=step * config.loop.mazes_per_step + offset)
 
 
 def episode_weights(episodes: list[Episode]) -> torch.Tensor:
@@ -429,26 +441,6 @@ def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream)
 
 
 # =========================================================================== the loop
-@dataclass
-class RunResult:
-    """What a run produced."""
-
-    run_dir: Path
-    """The run directory."""
-    before: dict[str, Any] | None
-    """Eval summary of the RL start (None when not evaluated)."""
-    after: dict[str, Any] | None
-    """Eval summary after the last RL step."""
-    steps: int
-    """RL steps completed."""
-    seconds: float
-    """Wall-clock seconds of this invocation."""
-    artifacts: dict[str, str] = field(default_factory=dict)
-    """Paths of the things a user wants (SFT model, final adapter, metrics, eval JSON)."""
-    table: str = ""
-    """The case-study table."""
-
-
 def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None) -> RunResult:
     """Run SFT (when needed) then RL with the local runner; returns before/after results.
 
@@ -482,90 +474,62 @@ def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Call
                         max_optimal_moves=config.rollout.max_moves)
     sync_dir = run_dir / "adapter_sync"
     shutil.rmtree(sync_dir, ignore_errors=True)
-    sync = AdapterSync(sync_dir, keep=2)
-
-    step, before, history = 0, None, []
+    state = LoopState()
     if resume_from is not None:
-        state = load_checkpoint(resume_from, policy, algorithm, stream)
-        step, before, history = int(state["step"]), state.get("before"), state.get("eval_history", [])
-        generator.load_adapter(str(resume_from / "adapter"), step)
-        log(f"[resume] from {resume_from} at RL step {step}")
-    elif config.eval.before_rl:
-        timer = PhaseTimer()
-        with timer.phase("eval"):
-            before = eval_step(generator, config)
-        metrics.log(0, {"eval/solve_rate": before["solve_rate"], "eval/spl": before["spl"],
-                        "eval/invalid_action_rate": before["invalid_action_rate"], **timer.pop()}, phase="eval")
-        history.append({"step": 0, "solve_rate": before["solve_rate"]})
-        log(f"[eval] RL start (step 0): solve rate {before['solve_rate']:.4f} ({before['solved']}/{before['episodes']})")
+        saved = load_checkpoint(resume_from, policy, algorithm, stream)
+        state = LoopState(step=int(saved["step"]), before=saved.get("before"), history=saved.get("eval_history", []))
+        generator.load_adapter(str(resume_from / "adapter"), state.step)
+        log(f"[resume] from {resume_from} at RL step {state.step}")
+    backend = LocalBackend(config, model_dir, generator, policy, algorithm, probe, AdapterSync(sync_dir, keep=2), manager)
+    return run_rl_loop(config, backend, stream, state, run_dir, manager, metrics, log, stop_after, t_start)
 
-    rollout = rollout_config(config)
-    forbidden = vision_placeholder_ids(model_dir)
-    progress = Progress(config.loop.steps, initial=step, desc=f"RL ({config.algo.name})", enabled=config.logging.progress)
-    last_eval = history[-1]["solve_rate"] if history else float("nan")
-    deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
-    ran = 0
-    after = None
-    final_step = config.loop.steps
-    while step < config.loop.steps:
-        step += 1
-        timer = PhaseTimer()
-        with timer.phase("generate"):
-            episodes = generate_step(generator, stream, config, step, rollout)
-        with timer.phase("score"):
-            roll = rollout_metrics(episodes)
-        with timer.phase("update"):
-            upd = update_step(algorithm, episodes, forbidden)
-        with timer.phase("sync"):
-            check = probe if (probe is not None and step % config.loop.parity_every == 0) else None
-            syn = sync_step(policy, generator, sync, step, check)
-        record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
-        done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
-        if config.eval.every and step % config.eval.every == 0 and not done:
-            with timer.phase("eval"):
-                res = eval_step(generator, config)
-            last_eval = res["solve_rate"]
-            history.append({"step": step, "solve_rate": last_eval})
-            record.update({"eval/solve_rate": last_eval, "eval/spl": res["spl"], "eval/invalid_action_rate": res["invalid_action_rate"]})
-        if done:
-            with timer.phase("eval"):
-                after = eval_step(generator, config)
-            last_eval = after["solve_rate"]
-            history.append({"step": step, "solve_rate": last_eval})
-            record.update({"eval/solve_rate": last_eval, "eval/spl": after["spl"], "eval/invalid_action_rate": after["invalid_action_rate"]})
-        interrupted = stop_after is not None and ran + 1 >= stop_after
-        if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
-            with timer.phase("checkpoint"):
-                save_checkpoint(manager, step, policy, algorithm, stream, config, {"before": before, "eval_history": history})
-        record.update(timer.pop())
-        metrics.log(step, record, phase="rl")
-        progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
-        ran += 1
-        if done:
-            final_step = step
-            break
-        if interrupted:
-            progress.close()
-            return RunResult(run_dir, before, None, step, time.perf_counter() - t_start)
-    progress.close()
-    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
-        after = eval_step(generator, config)
-    final_adapter = run_dir / "final_adapter"
-    if final_adapter.exists():
-        shutil.rmtree(final_adapter)
-    policy.save_adapter(final_adapter)
-    heldout = {name: eval_step(generator, config, name) for name in config.maze.heldout_sets}
-    seconds = time.perf_counter() - t_start
-    results = {"eval_set": config.maze.eval_set, "before_rl": before, "after_rl": after, "heldout": heldout,
-               "rl_steps": final_step, "seconds": seconds, "eval_history": history}
-    write_json(run_dir / "eval_results.json", results)
-    table = case_study_table(before, after, config.maze.eval_set)
-    if heldout:
-        table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
-    artifacts = {"run_dir": str(run_dir), "rl_start_model": str(model_dir), "final_adapter": str(final_adapter),
-                 "checkpoints": str(manager.root), "metrics_jsonl": str(metrics.jsonl_path),
-                 "tensorboard": str(run_dir / "tensorboard"), "eval_results": str(run_dir / "eval_results.json")}
-    return RunResult(run_dir, before, after, final_step, seconds, artifacts, table)
+
+class LocalBackend:
+    """Every phase of the RL step in this process (the :class:`runners.loop.StepBackend` of the local runner)."""
+
+    def __init__(self, config: TrainConfig, model_dir: Path, generator: Any, policy: Any, algorithm: Any, probe: Any,
+                 sync: Any, manager: CheckpointManager):
+        self.config, self.model_dir = config, model_dir
+        self.generator, self.policy, self.algorithm, self.probe = generator, policy, algorithm, probe
+        self.adapter_sync, self.manager = sync, manager
+        self.rollout = rollout_config(config)
+        self.forbidden = vision_placeholder_ids(model_dir)
+        self.description = f"RL ({config.algo.name})"
+        self._stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
+                                  max_optimal_moves=config.rollout.max_moves)
+
+    def generate(self, mazes: Sequence[Any], step: int) -> list[Episode]:
+        """G rollouts of each maze, seeded by the step (a pure function of the step: resume replays it)."""
+        return play_step_mazes(self.generator, mazes, self.config, step, self.rollout)
+
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        """The algorithm's update (see :func:`update_step`)."""
+        return update_step(self.algorithm, episodes, self.forbidden)
+
+    def sync(self, step: int, check_parity: bool) -> dict[str, float]:
+        """Publish the adapter as version ``step``, load it into the generator, optionally probe parity."""
+        return sync_step(self.policy, self.generator, self.adapter_sync, step, self.probe if check_parity else None)
+
+    def evaluate(self, set_name: str) -> dict[str, Any]:
+        """Greedy (or eval.temperature) evaluation of ``set_name``."""
+        return eval_step(self.generator, self.config, set_name)
+
+    def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Checkpoint ``step`` through :func:`save_checkpoint`."""
+        self._stream.load_state_dict(stream_state)
+        save_checkpoint(self.manager, step, self.policy, self.algorithm, self._stream, self.config, extra)
+
+    def save_adapter(self, directory: Path) -> None:
+        """The final adapter, PEFT format."""
+        self.policy.save_adapter(directory)
+
+    def step_extras(self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int) -> dict[str, float]:
+        """Nothing beyond the shared record."""
+        return {}
+
+    def results_extras(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The model RL started from, among the artifacts."""
+        return {}, {"rl_start_model": str(self.model_dir)}
 
 
 def report(result: RunResult) -> str:

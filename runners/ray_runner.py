@@ -379,12 +379,8 @@ class RolloutTrainWorker:
     def generate(self, mazes: list, step: int, offset: int) -> list:
         """Play this rank's maze groups; ids and env seeds match what the local runner gives them."""
         from runners import local
-        from runners.rollout import collect_groups
 
-        c = self.config
-        seed = local.step_seed(c, step) + offset * self.rollout.group_size
-        return collect_groups(self.generator, mazes, self.rollout, seed=seed,
-                              group_offset=step * c.loop.mazes_per_step + offset)
+        return local.play_step_mazes(self.generator, mazes, self.config, step, self.rollout, offset)
 
     def update(self, episodes: list) -> dict[str, float]:
         """The algorithm's update on this rank's episodes, in lockstep with every other rank (FSDP2)."""
@@ -564,18 +560,6 @@ def padding_passes(per_rank: list[dict[str, float]]) -> float:
     return float(sum(m.get(PADDING_KEY, 0.0) for m in per_rank))
 
 
-@dataclass
-class _RunState:
-    """What the driver carries across worker-group rebuilds."""
-
-    step: int = 0
-    before: Any = None
-    history: list = None  # type: ignore[assignment]
-    restarts: int = 0
-    last_eval: float = float("nan")
-    stream: Any = None
-
-
 def _evaluate(group: WorkerGroup, set_name: str, temperature: float) -> dict[str, Any]:
     """Evaluate ``set_name`` with the mazes split over the workers; same summary as evaluate_set."""
     from mazegym.evalsets import load_eval_set
@@ -621,13 +605,15 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
     manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
     try:
         model_dir, start_adapter = local.rl_start(config, log=log, metrics=metrics)
-        state = _RunState(history=[])
+        from runners.loop import LoopState
+
+        state = LoopState()
         resume_from = manager.resolve(config.checkpoint.resume)
         while True:
             group = None
             try:
                 group = _start_group(config, ray_cfg, model_dir, start_adapter, resume_from, state, run_dir, log)
-                result = _loop(group, config, ray_cfg, run_dir, manager, metrics, exporter, state, log, stop_after, t_start)
+                result = _loop(group, config, run_dir, manager, metrics, exporter, state, log, stop_after, t_start)
                 group.call("close")
                 return result
             except WorkerFailure as exc:
@@ -649,7 +635,7 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
 
 
 def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter: Any, resume_from: Any,
-                 state: _RunState, run_dir: Any, log: Any) -> WorkerGroup:
+                 state: Any, run_dir: Any, log: Any) -> WorkerGroup:
     """Build the worker group; resume every rank from ``resume_from`` (or start fresh)."""
     import json
     import shutil
@@ -677,116 +663,85 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
     return group
 
 
-def _loop(group: WorkerGroup, config: Any, ray_cfg: RayConfig, run_dir: Any, manager: Any, metrics: Any, exporter: Any,
-          state: _RunState, log: Any, stop_after: int | None, t_start: float) -> Any:
-    """The local runner's step loop with each phase spread over the worker group."""
-    import shutil
-    import time
-
+def _loop(group: WorkerGroup, config: Any, run_dir: Any, manager: Any, metrics: Any, exporter: Any,
+          state: Any, log: Any, stop_after: int | None, t_start: float) -> Any:
+    """The shared step loop (:func:`runners.loop.run_rl_loop`) with each phase spread over the worker group."""
     from mazegym.evalsets import MazeStream
-    from runners import local
-    from runners.evaluate import case_study_table, format_table, write_json
-    from runners.metrics import PhaseTimer, Progress
-    from runners.rollout import rollout_metrics
+    from runners.loop import run_rl_loop
 
     stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
                         max_optimal_moves=config.rollout.max_moves)
     if state.stream is not None:
         stream.load_state_dict(state.stream)
-    sync_dir = str(run_dir / "adapter_sync")
-    n = len(group.actors)
+    backend = RayBackend(group, config, run_dir, manager, exporter, state)
+    return run_rl_loop(config, backend, stream, state, run_dir, manager, metrics, log, stop_after, t_start)
 
-    if state.step == 0 and state.before is None and config.eval.before_rl:
-        timer = PhaseTimer()
-        with timer.phase("eval"):
-            state.before = _evaluate(group, config.maze.eval_set, config.eval.temperature)
-        b = state.before
-        metrics.log(0, {"eval/solve_rate": b["solve_rate"], "eval/spl": b["spl"],
-                        "eval/invalid_action_rate": b["invalid_action_rate"], **timer.pop()}, phase="eval")
-        state.history.append({"step": 0, "solve_rate": b["solve_rate"]})
-        log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
 
-    progress = Progress(config.loop.steps, initial=state.step, desc=f"RL ({config.algo.name}, ray x{n})",
-                        enabled=config.logging.progress)
-    state.last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
-    deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
-    ran, after, final_step = 0, None, config.loop.steps
-    while state.step < config.loop.steps:
-        step = state.step + 1
-        timer = PhaseTimer()
-        with timer.phase("generate"):
-            mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
-            chunks = split_evenly(mazes, n)
-            offsets = [sum(len(c) for c in chunks[:r]) for r in range(n)]
-            refs = [a.generate.remote(chunks[r], step, offsets[r]) for r, a in enumerate(group.actors)]
-            per_rank = _get_all(group, refs, "generate")
-            episodes = [ep for part in per_rank for ep in part]
-        with timer.phase("score"):
-            roll = rollout_metrics(episodes)
-        with timer.phase("update"):
-            # Each rank trains on the episodes it generated: the refs resolve locally, no copy back.
-            upd_per_rank = _get_all(group, [a.update.remote(refs[r]) for r, a in enumerate(group.actors)], "update")
-            upd = merge_update_metrics(upd_per_rank)
-        with timer.phase("sync"):
-            check = config.loop.parity_every > 0 and step % config.loop.parity_every == 0
-            pub = group.call("publish", sync_dir, step)[0]
-            loads = group.call("load_published", sync_dir, step, check)
-            syn = {"sync/version": loads[0]["sync/version"], **pub,
-                   "sync/load_s": max(x["sync/load_s"] for x in loads)}
-            if check:
-                syn["sync/parity_mean_abs"] = max(x["sync/parity_mean_abs"] for x in loads)
-        record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
-        done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
-        if (config.eval.every and step % config.eval.every == 0) or done:
-            with timer.phase("eval"):
-                res = _evaluate(group, config.maze.eval_set, config.eval.temperature)
-            state.last_eval = res["solve_rate"]
-            state.history.append({"step": step, "solve_rate": state.last_eval})
-            record.update({"eval/solve_rate": state.last_eval, "eval/spl": res["spl"], "eval/invalid_action_rate": res["invalid_action_rate"]})
-            if done:
-                after = res
-        interrupted = stop_after is not None and ran + 1 >= stop_after
-        if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
-            with timer.phase("checkpoint"):
-                group.call("save_checkpoint", str(manager.root), manager.keep, step, stream.state_dict(),
-                           {"before": state.before, "eval_history": state.history, "ray_workers": n})
-        timings = timer.pop()
-        record.update(timings)
-        record["ray/num_workers"] = float(n)
-        record["ray/padding_passes"] = padding_passes(upd_per_rank)
-        metrics.log(step, record, phase="rl")
-        if exporter is not None:
-            exporter.record_step(step, record, {k.split("/", 1)[1]: v for k, v in timings.items()}, len(episodes), step)
-        state.step = step
-        state.stream = stream.state_dict()
-        progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=state.last_eval)
-        ran += 1
-        if done:
-            final_step = step
-            break
-        if interrupted:
-            progress.close()
-            return local.RunResult(run_dir, state.before, None, step, time.perf_counter() - t_start)
-    progress.close()
-    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
-        after = _evaluate(group, config.maze.eval_set, config.eval.temperature)
-    final_adapter = run_dir / "final_adapter"
-    if final_adapter.exists():
-        shutil.rmtree(final_adapter)
-    group.call("save_adapter", str(final_adapter))
-    heldout = {name: _evaluate(group, name, config.eval.temperature) for name in config.maze.heldout_sets}
-    seconds = time.perf_counter() - t_start
-    results = {"eval_set": config.maze.eval_set, "before_rl": state.before, "after_rl": after, "heldout": heldout,
-               "rl_steps": final_step, "seconds": seconds, "eval_history": state.history,
-               "ray": {"num_workers": n, "restarts": state.restarts}}
-    write_json(run_dir / "eval_results.json", results)
-    table = case_study_table(state.before, after, config.maze.eval_set)
-    if heldout:
-        table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
-    artifacts = {"run_dir": str(run_dir), "final_adapter": str(final_adapter), "checkpoints": str(manager.root),
-                 "metrics_jsonl": str(metrics.jsonl_path), "tensorboard": str(run_dir / "tensorboard"),
-                 "eval_results": str(run_dir / "eval_results.json"), "ray_workers": str(run_dir / "ray_workers.json")}
-    return local.RunResult(run_dir, state.before, after, final_step, seconds, artifacts, table)
+class RayBackend:
+    """The phases of one RL step fanned out to the worker group (the Ray runner's :class:`runners.loop.StepBackend`).
+
+    Generation: the step's mazes are split evenly and each rank plays its slice (group ids and
+    seeds as if one process played them all). Update: each rank trains on the episodes it
+    generated (the object refs resolve locally, nothing is copied back), in FSDP2 lockstep.
+    Sync: rank 0 publishes the gathered adapter, every engine loads it, barrier, optional parity.
+    """
+
+    def __init__(self, group: WorkerGroup, config: Any, run_dir: Any, manager: Any, exporter: Any, state: Any):
+        self.group, self.config, self.manager, self.exporter, self.state = group, config, manager, exporter, state
+        self.sync_dir = str(run_dir / "adapter_sync")
+        self.workers = len(group.actors)
+        self.description = f"RL ({config.algo.name}, ray x{self.workers})"
+        self._refs: list = []
+        self._per_rank_update: list[dict[str, float]] = []
+
+    def generate(self, mazes: Any, step: int) -> list:
+        """Each rank plays its slice of the step's mazes."""
+        chunks = split_evenly(list(mazes), self.workers)
+        offsets = [sum(len(c) for c in chunks[:r]) for r in range(self.workers)]
+        self._refs = [a.generate.remote(chunks[r], step, offsets[r]) for r, a in enumerate(self.group.actors)]
+        return [ep for part in _get_all(self.group, self._refs, "generate") for ep in part]
+
+    def update(self, episodes: list) -> dict[str, float]:
+        """Every rank updates on the episodes it generated; metrics merged over ranks."""
+        refs = [a.update.remote(self._refs[r]) for r, a in enumerate(self.group.actors)]
+        self._per_rank_update = _get_all(self.group, refs, "update")
+        return merge_update_metrics(self._per_rank_update)
+
+    def sync(self, step: int, check_parity: bool) -> dict[str, float]:
+        """Rank 0 publishes version ``step``; every engine loads it; slowest load and worst parity reported."""
+        pub = self.group.call("publish", self.sync_dir, step)[0]
+        loads = self.group.call("load_published", self.sync_dir, step, check_parity)
+        out = {"sync/version": loads[0]["sync/version"], **pub, "sync/load_s": max(x["sync/load_s"] for x in loads)}
+        if check_parity:
+            out["sync/parity_mean_abs"] = max(x["sync/parity_mean_abs"] for x in loads)
+        return out
+
+    def evaluate(self, set_name: str) -> dict[str, Any]:
+        """The eval set split over the workers (:func:`_evaluate`)."""
+        return _evaluate(self.group, set_name, self.config.eval.temperature)
+
+    def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Rank 0 writes the gathered adapter + optimizer state (every rank joins the gather)."""
+        self.group.call("save_checkpoint", str(self.manager.root), self.manager.keep, step, stream_state,
+                        {**extra, "ray_workers": self.workers})
+
+    def save_adapter(self, directory: Any) -> None:
+        """The final gathered adapter."""
+        self.group.call("save_adapter", str(directory))
+
+    def step_extras(self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int) -> dict[str, float]:
+        """Worker count and FSDP padding passes; the step is also exported to Prometheus."""
+        extras = {"ray/num_workers": float(self.workers), "ray/padding_passes": padding_passes(self._per_rank_update)}
+        if self.exporter is not None:
+            self.exporter.record_step(step, {**record, **extras}, {k.split("/", 1)[1]: v for k, v in timings.items()},
+                                      episodes, step)
+        return extras
+
+    def results_extras(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """Worker count and restarts in the results; the worker list among the artifacts."""
+        run_dir = self.manager.root.parent
+        return ({"ray": {"num_workers": self.workers, "restarts": self.state.restarts}},
+                {"ray_workers": str(run_dir / "ray_workers.json")})
 
 
 def _get_all(group: WorkerGroup, refs: list, what: str) -> list:

@@ -1,0 +1,187 @@
+"""The RL step loop, written once for every runner.
+
+One step is ``generate -> score -> update -> sync -> [eval] -> [checkpoint] -> log``; at the end
+the run evaluates the final policy, saves the final adapter, evaluates the held-out sets and
+writes ``eval_results.json`` plus the case-study table. :func:`run_rl_loop` owns all of that
+bookkeeping (step counter, eval history, progress bar, deadline, interruption, metrics
+records); *where* each phase runs is a :class:`StepBackend`'s business:
+
+* :class:`runners.local.LocalBackend` runs every phase in this process;
+* :class:`runners.ray_runner.RayBackend` fans phases out to the worker group (placement and
+  transport only) and adds its own metrics through :meth:`StepBackend.step_extras`.
+
+So the local and Ray runners log the same keys, checkpoint at the same steps and evaluate
+on the same schedule by construction, not by keeping two loops in step.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from algos.data import Episode
+from runners.evaluate import case_study_table, format_table, write_json
+from runners.metrics import PhaseTimer, Progress
+from runners.rollout import rollout_metrics
+
+
+@dataclass
+class RunResult:
+    """What a run produced."""
+
+    run_dir: Path
+    """The run directory."""
+    before: dict[str, Any] | None
+    """Eval summary of the RL start (None when not evaluated)."""
+    after: dict[str, Any] | None
+    """Eval summary after the last RL step."""
+    steps: int
+    """RL steps completed."""
+    seconds: float
+    """Wall-clock seconds of this invocation."""
+    artifacts: dict[str, str] = field(default_factory=dict)
+    """Paths of the things a user wants (SFT model, final adapter, metrics, eval JSON)."""
+    table: str = ""
+    """The case-study table."""
+
+
+@dataclass
+class LoopState:
+    """Where a run stands: what a checkpoint restores and the Ray driver carries across worker rebuilds."""
+
+    step: int = 0
+    """RL steps completed."""
+    before: dict[str, Any] | None = None
+    """Eval summary of the RL start."""
+    history: list[dict[str, float]] = field(default_factory=list)
+    """``{"step", "solve_rate"}`` of every evaluation so far."""
+    stream: dict[str, Any] | None = None
+    """The training maze stream's state after the last completed step."""
+    restarts: int = 0
+    """Worker-group rebuilds so far (Ray runner)."""
+
+
+class StepBackend(Protocol):
+    """Where the phases of one RL step run (see the module docstring)."""
+
+    description: str
+    """Label of the progress bar, e.g. ``"RL (grpo)"``."""
+
+    def generate(self, mazes: Sequence[Any], step: int) -> list[Episode]:
+        """Play ``group_size`` rollouts of each maze with the current weights (group ids unique per run)."""
+
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        """One algorithm update on the step's episodes; returns the (merged) training metrics."""
+
+    def sync(self, step: int, check_parity: bool) -> dict[str, float]:
+        """Publish the trained adapter as version ``step`` and load it into every engine."""
+
+    def evaluate(self, set_name: str) -> dict[str, Any]:
+        """Summary of the current policy on a fixed eval set (runners.evaluate.summarize keys)."""
+
+    def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Write checkpoint ``step`` (adapter, optimizer, RNGs, stream state, ``extra``)."""
+
+    def save_adapter(self, directory: Path) -> None:
+        """Write the final adapter (PEFT format) to ``directory``."""
+
+    def step_extras(self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int) -> dict[str, float]:
+        """Extra metrics for this step's record (after the timings are known); may export them elsewhere too."""
+
+    def results_extras(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """Extra entries for ``eval_results.json`` and for the artifact list."""
+
+
+def eval_fields(summary: dict[str, Any]) -> dict[str, float]:
+    """The eval summary keys every runner logs."""
+    return {"eval/solve_rate": summary["solve_rate"], "eval/spl": summary["spl"],
+            "eval/invalid_action_rate": summary["invalid_action_rate"]}
+
+
+def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState, run_dir: Path, manager: Any,
+                metrics: Any, log: Callable[[str], None], stop_after: int | None, t_start: float) -> RunResult:
+    """Run RL steps ``state.step + 1 .. config.loop.steps`` on ``backend``; returns the run's result.
+
+    ``stream`` yields the training mazes (already restored to ``state``); ``state`` is updated
+    after every step. ``stop_after`` ends this invocation after that many steps *as if
+    interrupted* (no final checkpoint or eval), which is how tests check resume equivalence.
+    """
+    if state.step == 0 and state.before is None and config.eval.before_rl:
+        timer = PhaseTimer()
+        with timer.phase("eval"):
+            state.before = backend.evaluate(config.maze.eval_set)
+        b = state.before
+        metrics.log(0, {**eval_fields(b), **timer.pop()}, phase="eval")
+        state.history.append({"step": 0, "solve_rate": b["solve_rate"]})
+        log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
+
+    progress = Progress(config.loop.steps, initial=state.step, desc=backend.description, enabled=config.logging.progress)
+    last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
+    deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
+    ran, after, final_step = 0, None, config.loop.steps
+    while state.step < config.loop.steps:
+        step = state.step + 1
+        timer = PhaseTimer()
+        with timer.phase("generate"):
+            episodes = backend.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
+        with timer.phase("score"):
+            roll = rollout_metrics(episodes)
+        with timer.phase("update"):
+            upd = backend.update(episodes)
+        with timer.phase("sync"):
+            syn = backend.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
+        record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
+        done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
+        if done or (config.eval.every and step % config.eval.every == 0):
+            with timer.phase("eval"):
+                res = backend.evaluate(config.maze.eval_set)
+            last_eval = res["solve_rate"]
+            state.history.append({"step": step, "solve_rate": last_eval})
+            record.update(eval_fields(res))
+            if done:
+                after = res
+        if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
+            with timer.phase("checkpoint"):
+                backend.checkpoint(step, stream.state_dict(), {"before": state.before, "eval_history": state.history})
+        timings = timer.pop()
+        record.update(timings)
+        record.update(backend.step_extras(step, record, timings, len(episodes)))
+        metrics.log(step, record, phase="rl")
+        state.step, state.stream = step, stream.state_dict()
+        progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
+        ran += 1
+        if done:
+            final_step = step
+            break
+        if stop_after is not None and ran >= stop_after:
+            progress.close()
+            return RunResult(run_dir, state.before, None, step, time.perf_counter() - t_start)
+    progress.close()
+    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
+        after = backend.evaluate(config.maze.eval_set)
+    return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
+
+
+def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[str, Any], final_step: int,
+               run_dir: Path, manager: Any, metrics: Any, t_start: float) -> RunResult:
+    """Final adapter, held-out evaluations, ``eval_results.json``, the case-study table and artifact paths."""
+    final_adapter = run_dir / "final_adapter"
+    if final_adapter.exists():
+        shutil.rmtree(final_adapter)
+    backend.save_adapter(final_adapter)
+    heldout = {name: backend.evaluate(name) for name in config.maze.heldout_sets}
+    seconds = time.perf_counter() - t_start
+    extra_results, extra_artifacts = backend.results_extras()
+    results = {"eval_set": config.maze.eval_set, "before_rl": state.before, "after_rl": after, "heldout": heldout,
+               "rl_steps": final_step, "seconds": seconds, "eval_history": state.history, **extra_results}
+    write_json(run_dir / "eval_results.json", results)
+    table = case_study_table(state.before, after, config.maze.eval_set)
+    if heldout:
+        table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
+    artifacts = {"run_dir": str(run_dir), **extra_artifacts, "final_adapter": str(final_adapter),
+                 "checkpoints": str(manager.root), "metrics_jsonl": str(metrics.jsonl_path),
+                 "tensorboard": str(run_dir / "tensorboard"), "eval_results": str(run_dir / "eval_results.json")}
+    return RunResult(run_dir, state.before, after, final_step, seconds, artifacts, table)
