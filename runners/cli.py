@@ -14,6 +14,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 DESCRIPTION = """\
 mazegym: train LLM / VLM agents to solve mazes with SFT then RL (GRPO by default).
@@ -310,7 +311,7 @@ def print_plan(config) -> int:
         f"Plan for preset {config.preset!r} (dry run: nothing loaded, nothing trained)",
         f"  model        {config.model.path or 'tiny ' + config.model.tiny + ' model built into ' + config.run_dir + '/base_model'}"
         f" ({config.model.dtype} on {config.model.device})",
-        f"  stages       " + ("SFT (" + config.sft.mode + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
+        "  stages       " + ("SFT (" + config.sft.mode + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
                               if config.sft.enabled != "never" else "no SFT (model.path is the start) -> ")
         + f"RL {config.algo.name} for {loop.steps} steps",
         f"  adapter      LoRA rank {config.lora.rank}, alpha {config.lora.alpha}, "
@@ -351,35 +352,34 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             return f"(config keys unavailable: {exc})"
 
     lazy = "--help" in (argv or []) or "-h" in (argv or [])
-    p = sub.add_parser("train", help="SFT (if needed) then RL (GRPO by default); prints the before/after table",
+
+    def config_command(name: str, func: Callable[[argparse.Namespace], int], help: str, description: str):
+        """A subcommand that takes a config (--preset/--config/--run-dir/KEY=VALUE); --help lists every key."""
+        p = sub.add_parser(name, help=help, description=description, epilog=epilog() if lazy else None, formatter_class=fmt)
+        _add_config_args(p)
+        p.set_defaults(func=func)
+        return p
+
+    p = config_command("train", cmd_train, help="SFT (if needed) then RL (GRPO by default); prints the before/after table",
                        description="Run the main job: SFT on oracle demonstrations when no SFT checkpoint exists, then RL "
-                                   "(any registered algorithm; GRPO by default), evaluation before and after, checkpoints.",
-                       epilog=epilog() if lazy else None, formatter_class=fmt)
-    _add_config_args(p)
+                                   "(any registered algorithm; GRPO by default), evaluation before and after, checkpoints.")
     p.add_argument("--resume", default=None, help="latest | none | PATH (default: latest when the run dir has checkpoints)")
     p.add_argument("--dry-run", action="store_true", help="validate the config and print the resolved plan; needs no GPU and loads nothing")
-    p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("sft", help="only the supervised stage on BFS-oracle demonstrations",
+    p = config_command("sft", cmd_sft, help="only the supervised stage on BFS-oracle demonstrations",
                        description="Supervised fine-tuning on oracle demonstrations (optionally with exploratory detours, "
-                                   "sft.detours=N) in the conversation format RL uses; writes <run_dir>/sft and evaluates it.",
-                       epilog=epilog() if lazy else None, formatter_class=fmt)
-    _add_config_args(p)
+                                   "sft.detours=N) in the conversation format RL uses; writes <run_dir>/sft and evaluates it.")
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation after SFT")
-    p.set_defaults(func=cmd_sft)
 
-    p = sub.add_parser("eval", help="evaluate a checkpoint / adapter / model on the fixed and held-out sets",
+    p = config_command("eval", cmd_eval, help="evaluate a checkpoint / adapter / model on the fixed and held-out sets",
                        description="Greedy evaluation (solve rate from task reward only, SPL, invalid-action rate, mean moves, "
-                                   "per size) of a checkpoint, an adapter or a model. Writes JSON and prints a table.",
-                       epilog=epilog() if lazy else None, formatter_class=fmt)
-    _add_config_args(p)
+                                   "per size) of a checkpoint, an adapter or a model. Writes JSON and prints a table.")
     p.add_argument("--checkpoint", default=None, help="latest | PATH: evaluate the adapter of this RL checkpoint")
     p.add_argument("--adapter", default=None, help="PEFT adapter directory to evaluate on top of the model")
     p.add_argument("--model", default=None, help="model directory (default: the run's SFT model, else the base model)")
     p.add_argument("--sets", default=None, help="comma-separated eval sets (default: maze.eval_set + maze.heldout_sets)")
     p.add_argument("--temperature", type=float, default=None, help="decoding temperature (default 0 = greedy)")
     p.add_argument("--json", default=None, help="where to write the JSON results (default <run_dir>/eval/eval.json)")
-    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("play", help="play a maze yourself (terminal, or --window)",
                        description="Play a maze: type w/a/s/d (or up/left/down/right) and Enter; q quits.", formatter_class=fmt)
@@ -391,15 +391,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--window", action="store_true", help="also show the image observation in a window (needs tkinter)")
     p.set_defaults(func=cmd_play)
 
-    p = sub.add_parser("export", help="export the adapter (and optionally a merged model) for vLLM / transformers",
+    p = config_command("export", cmd_export, help="export the adapter (and optionally a merged model) for vLLM / transformers",
                        description="Copy the trained adapter in PEFT format next to the model it applies to, optionally merge "
-                                   "it, and write SERVING.md with the vLLM and transformers commands.",
-                       epilog=epilog() if lazy else None, formatter_class=fmt)
-    _add_config_args(p)
+                                   "it, and write SERVING.md with the vLLM and transformers commands.")
     p.add_argument("--checkpoint", default="latest", help="latest | PATH (default: the newest valid checkpoint)")
     p.add_argument("--out", default=None, help="output directory (default <run_dir>/export)")
     p.add_argument("--merged", action="store_true", help="also write the model with the adapter merged in")
-    p.set_defaults(func=cmd_export)
 
     from runners.submit import add_submit_command
 
