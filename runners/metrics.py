@@ -74,6 +74,7 @@ class MetricsLogger:
                 self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
             except Exception as exc:  # tensorboard missing or broken: JSONL still works
                 echo(f"[metrics] TensorBoard disabled: {exc}")
+        self._wandb_phases: set[str] = set()
         self.wandb = self._init_wandb(project, config) if wandb else None
         self.mlflow = self._init_mlflow(project, config) if mlflow else None
 
@@ -92,7 +93,7 @@ class MetricsLogger:
             self.echo("[metrics] logging.mlflow=true but mlflow is not installed (pip install mlflow); skipping MLflow")
             return None
         mlflow.set_experiment(project)
-        run = mlflow.start_run(run_name=self.run_dir.name)
+        mlflow.start_run(run_name=self.run_dir.name)
         if config:
             flat = {k: v for k, v in _flatten(config).items() if len(str(v)) < 250}
             mlflow.log_params(flat)
@@ -107,9 +108,22 @@ class MetricsLogger:
             for key, value in scalars.items():
                 self.tb.add_scalar(f"{phase}/{key}", value, step)
         if self.wandb is not None:
-            self.wandb.log({f"{phase}/{k}": v for k, v in scalars.items()}, step=step)
+            self._wandb_log(step, scalars, phase)
         if self.mlflow is not None:
             self.mlflow.log_metrics({f"{phase}/{k}".replace("/", "."): v for k, v in scalars.items()}, step=step)
+
+    def _wandb_log(self, step: int, scalars: dict[str, float], phase: str) -> None:
+        """Log to W&B against a per-phase x-axis (``<phase>/step``).
+
+        W&B's own step must only grow, but RL steps restart at 0 after the SFT stage's; passing
+        ``step=`` would make W&B drop every RL point until step 300. ``define_metric`` gives
+        each phase its own step metric instead.
+        """
+        if phase not in self._wandb_phases:
+            self.wandb.define_metric(f"{phase}/step")
+            self.wandb.define_metric(f"{phase}/*", step_metric=f"{phase}/step")
+            self._wandb_phases.add(phase)
+        self.wandb.log({**{f"{phase}/{k}": v for k, v in scalars.items()}, f"{phase}/step": step})
 
     def close(self) -> None:
         """Flush and close every sink."""
