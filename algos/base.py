@@ -104,8 +104,16 @@ class Algorithm:
 
     # ----------------------------------------------------------------- hooks for subclasses
     def validate_config(self) -> None:
-        """Fail fast on settings that cannot work, with a message saying what to fix."""
-        c = self.config
+        """Fail fast on settings that cannot work with this policy (config checks included)."""
+        self.check_config(self.config)
+
+    @classmethod
+    def check_config(cls, c: AlgorithmConfig) -> None:
+        """Fail fast on settings that cannot work, with a message saying what to fix.
+
+        Needs no policy, so ``mazegym train --dry-run`` runs it too; checks that need the policy
+        (PPO's value head) belong in :meth:`validate_config`.
+        """
         if c.loss_agg not in losses.AGG_MODES:
             raise ValueError(f"loss_agg={c.loss_agg!r}; choose one of {losses.AGG_MODES}")
         if c.old_logprobs not in ("recompute", "rollout"):

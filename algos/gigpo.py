@@ -47,13 +47,14 @@ class GiGPO(Algorithm):
 
     Config = GiGPOConfig
 
-    def validate_config(self) -> None:
+    @classmethod
+    def check_config(cls, c: AlgorithmConfig) -> None:
         """Also reject settings GiGPO has no meaning for."""
-        super().validate_config()
-        if self.config.turn_credit:
+        super().check_config(c)
+        if c.turn_credit:
             raise ValueError("gigpo already credits turns through anchor states; leave turn_credit=False")
-        if not 0.0 < self.config.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.config.gamma}")
+        if not 0.0 < c.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {c.gamma}")
 
     def filter_returns(self, episodes: Sequence[Episode]) -> torch.Tensor:
         """Discounted returns from the start: equal only when the group has no signal at either level."""

@@ -501,9 +501,9 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
     if config.algo.name not in algos.available():
         raise ConfigError(f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of {', '.join(algos.available())}")
     try:
-        algos.make_config(config.algo.name, **config.algo.params)
-    except TypeError as exc:
-        raise ConfigError(str(exc)) from None
+        algos.get(config.algo.name).check_config(algos.make_config(config.algo.name, **config.algo.params))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"algo ({config.algo.name}): {exc}") from None
     for name in [config.maze.eval_set, *config.maze.heldout_sets]:
         if name not in EVAL_SETS:
             raise ConfigError(f"maze eval set {name!r} does not exist; choose one of {', '.join(sorted(EVAL_SETS))}")

@@ -63,6 +63,8 @@ def test_bad_values_fail_fast(override, message):
     ("rollout.group_size=0", "rollout.group_size must be >= 1"),
     ("rollout.obs_mode=image", "tiny text model cannot see them"),
     ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
+    ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),
+    ("algo.lr=-1", "lr must be positive"),
 ])
 def test_validation_errors_say_what_to_fix(override, message):
     cfg = C.apply_overrides(get_preset("cpu-tiny"), [override])
@@ -107,3 +109,9 @@ def test_presets_are_valid():
     assert (big.lora.rank, big.algo.name, big.runner.num_gpus, big.loop.backend) == (32, "grpo", 6, "vllm")
     with pytest.raises(C.ConfigError, match="unknown preset"):
         get_preset("gpt-5")
+
+
+def test_algorithm_specific_checks_run_without_a_policy():
+    cfg = C.apply_overrides(get_preset("cpu-tiny"), ["algo.name=gigpo", "algo.turn_credit=true"])
+    with pytest.raises(C.ConfigError, match="gigpo already credits turns"):
+        C.validate(cfg)
