@@ -86,6 +86,8 @@ class Algorithm:
 
     Config = AlgorithmConfig
     name = "base"
+    needs_value_head = False
+    """True when the algorithm trains a critic (the policy must have a value head)."""
 
     def __init__(self, policy: Policy, config: AlgorithmConfig | None = None):
         self.policy = policy

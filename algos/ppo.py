@@ -56,6 +56,7 @@ class PPO(Algorithm):
     """Proximal policy optimisation with a learned value baseline."""
 
     Config = PPOConfig
+    needs_value_head = True
 
     def validate_config(self) -> None:
         """PPO additionally needs a value head."""

@@ -65,6 +65,7 @@ def test_bad_values_fail_fast(override, message):
     ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
     ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),
     ("algo.lr=-1", "lr must be positive"),
+    ("algo.name=ppo", "trains a value head"),
 ])
 def test_validation_errors_say_what_to_fix(override, message):
     cfg = C.apply_overrides(get_preset("cpu-tiny"), [override])
