@@ -197,12 +197,18 @@ class LoRALMPolicy:
         extra = self.prepare_multimodal(turns) if any(t.images for t in turns) else {}
         if extra:
             extra["mm_token_type_ids"] = self.mm_token_type_ids(input_ids)
-        # Project onto the vocabulary only where response tokens are predicted: [b, length, V]
-        # instead of [b, width, V] (for a 150k vocabulary the full logits dwarf the activations).
+        # Project onto the vocabulary only at the positions that predict response tokens (for a
+        # 150k vocabulary the full [b, width, V] logits dwarf the activations). A 1-D
+        # ``logits_to_keep`` (the same positions for every row) is what every transformers 5.x
+        # accepts; ``keep_index`` maps each row's positions into it.
+        keep = torch.unique(pred_pos)
+        keep_index = torch.searchsorted(keep, pred_pos)
         out = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device), use_cache=False,
-                         logits_to_keep=pred_pos.to(device), **{k: v.to(device) for k, v in extra.items()})
+                         logits_to_keep=keep.to(device), **{k: v.to(device) for k, v in extra.items()})
+        rows_idx = torch.arange(len(rows))[:, None].expand(-1, length).to(device)
+        picked = out.logits[rows_idx, keep_index.to(device)]  # [b, length, V]
         # Generators record log-probs of the temperature-scaled distribution; score the same one.
-        log_probs = torch.log_softmax(out.logits.float() / self.temperature, dim=-1)
+        log_probs = torch.log_softmax(picked.float() / self.temperature, dim=-1)
         targets = input_ids[torch.arange(len(rows))[:, None], target_pos].to(device)
         token_lp = log_probs.gather(-1, targets[..., None]).squeeze(-1)
         mask_f = mask.to(device=device, dtype=token_lp.dtype)
