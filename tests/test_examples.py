@@ -33,3 +33,11 @@ def test_text_and_image_obs_example(tmp_path, obs_mode):
 
 def test_custom_algorithm_example_registers_and_updates(tmp_path):
     run_example("03_custom_algorithm.py", cwd=tmp_path)
+
+
+def test_credit_assignment_example_shows_gigpo_separating_good_from_bad_moves(tmp_path):
+    out = run_example("06_credit_assignment.py", "--shaping", cwd=tmp_path).stdout
+    rows = {line[:34].strip(): line[34:].split() for line in out.splitlines() if line.startswith(("GRPO", "GiGPO"))}
+    grpo, gigpo = rows["GRPO (episode return)"], rows["GiGPO (episode + anchor states)"]
+    assert float(gigpo[0]) > 0 > float(gigpo[1])
+    assert float(gigpo[3].rstrip("%")) > float(grpo[3].rstrip("%"))
