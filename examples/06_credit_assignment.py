@@ -22,21 +22,7 @@ import torch
 import algos
 from algos.net_rollout import play_mazes, sample_mazes
 from algos.policies.net import MazeNetPolicy
-from mazegym.solver import MOVES, bfs_distances
-
-
-def oracle_labels(episodes, mazes) -> torch.Tensor:
-    """1.0 per move that lowers the BFS distance to the goal, else 0.0 (walls and detours)."""
-    by_id = {m.maze_id: m for m in mazes}
-    labels = []
-    for ep in episodes:
-        maze = by_id[ep.maze_id]
-        dist = bfs_distances(maze.grid, maze.goal)
-        for turn in ep.turns:
-            r, c = map(int, turn.state.split(","))
-            dr, dc = MOVES[turn.action]
-            labels.append(float(0 <= dist[r + dr, c + dc] < dist[r, c]))
-    return torch.tensor(labels)
+from runners.evaluate import oracle_progress
 
 
 def separation(advantages: torch.Tensor, good: torch.Tensor) -> tuple[float, float, float, float]:
@@ -59,7 +45,7 @@ def main() -> None:
     policy = MazeNetPolicy(11)  # 11x11 grid = 5x5 cells
     mazes = sample_mazes(args.mazes, 11, seed=args.seed)
     episodes = play_mazes(policy, mazes, group_size=8, max_moves=40, seed=args.seed, env_kwargs={"shaping": args.shaping})
-    good = oracle_labels(episodes, mazes)
+    good = torch.tensor(oracle_progress(episodes, mazes), dtype=torch.float32)  # the oracle's verdict per move
     solved = sum(ep.success for ep in episodes)
     print(f"{len(episodes)} rollouts ({solved} solved), {len(good)} moves, {good.mean():.0%} of them good per the oracle")
     print(f"{'estimator':<34}{'adv(good)':>10}{'adv(bad)':>10}{'credited':>10}{'sign right':>12}")

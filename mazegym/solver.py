@@ -48,6 +48,24 @@ def bfs_distances(grid: np.ndarray, target: tuple[int, int]) -> np.ndarray:
     return np.asarray(dist, dtype=np.int32).reshape(grid.shape)
 
 
+def progress_labels(maze: "MazeSpec", cells: list[tuple[int, int]], actions: list[int | None]) -> list[bool]:
+    """For each (cell, action): does the move bring the agent strictly closer to the goal?
+
+    Walls, detours, ``stop`` and ``None`` (an unparseable reply) are all ``False``. One BFS per
+    call: pass every move played in ``maze`` at once. Used to judge credit assignment from the
+    outside (the trainer never sees these labels).
+    """
+    dist = bfs_distances(maze.grid, maze.goal)
+    labels = []
+    for (r, c), action in zip(cells, actions):
+        if action is None or not 0 <= action < len(MOVES):
+            labels.append(False)
+            continue
+        dr, dc = MOVES[action]
+        labels.append(bool(0 <= dist[r + dr, c + dc] < dist[r, c]))
+    return labels
+
+
 def optimal_moves(grid: np.ndarray, start: tuple[int, int], goal: tuple[int, int]) -> int:
     """Length of a shortest path from ``start`` to ``goal`` (-1 when unreachable)."""
     return int(bfs_distances(grid, goal)[start])

@@ -56,6 +56,23 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
     return out
 
 
+def oracle_progress(episodes: Sequence[Episode], mazes: Sequence[Any]) -> list[bool]:
+    """Per turn, in episode order: did the move bring the agent closer to the goal (BFS)?
+
+    ``mazes`` must include every maze played (matched by ``maze_id``); turns need
+    ``Turn.state`` (the agent's cell, as the rollouts record it). Unparseable replies, walls
+    and detours are ``False``. A diagnostic judged from outside: no trainer sees it.
+    """
+    from mazegym.solver import progress_labels
+
+    by_id = {m.maze_id: m for m in mazes}
+    labels: list[bool] = []
+    for ep in episodes:
+        cells = [tuple(map(int, t.state.split(","))) for t in ep.turns]
+        labels += progress_labels(by_id[ep.maze_id], cells, [t.action for t in ep.turns])
+    return labels
+
+
 def eval_rollout_config(base: RolloutConfig, set_name: str, temperature: float = 0.0) -> RolloutConfig:
     """The rollout settings for evaluating set ``set_name``: its move limit, one episode per maze."""
     info = EVAL_SETS[set_name]

@@ -168,3 +168,19 @@ def test_every_corner_pair_is_used():
     pairs = {(s.start, s.goal) for s in (sample_maze(rng, 9) for _ in range(200))}
     assert pairs == {((1, 1), (7, 7)), ((7, 7), (1, 1)), ((1, 7), (7, 1)), ((7, 1), (1, 7))}
     assert all(a != b for a, b in itertools.islice(pairs, 4))
+
+
+def test_progress_labels_by_hand():
+    from mazegym.solver import progress_labels
+
+    # 5x5 grid, an L-shaped corridor: (1,1) -> (1,3) -> (3,3); goal at (3,3).
+    grid = np.array([[1, 1, 1, 1, 1],
+                     [1, 0, 0, 0, 1],
+                     [1, 1, 1, 0, 1],
+                     [1, 1, 1, 0, 1],
+                     [1, 1, 1, 1, 1]], dtype=bool)
+    maze = MazeSpec(grid, (1, 1), (3, 3))
+    # right from the start (closer), down from the start (wall), left from (1,2) (detour),
+    # down from the corner (closer), an unparseable reply, stop.
+    cells = [(1, 1), (1, 1), (1, 2), (1, 3), (1, 3), (1, 3)]
+    assert progress_labels(maze, cells, [0, 3, 2, 3, None, 4]) == [True, False, False, True, False, False]

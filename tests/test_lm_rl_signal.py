@@ -26,9 +26,6 @@ from sft_cache import cached_sft_model
 
 pytestmark = pytest.mark.slow
 
-MOVES = {0: (0, 1), 1: (-1, 0), 2: (0, -1), 3: (1, 0)}
-
-
 def _config(algo: str):
     from runners.config import apply_overrides
     from runners.presets import get_preset
@@ -41,21 +38,9 @@ def _config(algo: str):
 
 def _oracle_correct(episodes, mazes) -> torch.Tensor:
     """1 per turn whose move strictly lowers the BFS distance to the goal, else 0 (walls, detours, invalid)."""
-    from mazegym.solver import bfs_distances
+    from runners.evaluate import oracle_progress
 
-    by_id = {m.maze_id: m for m in mazes}
-    labels = []
-    for ep in episodes:
-        maze = by_id[ep.maze_id]
-        dist = bfs_distances(maze.grid, maze.goal)
-        for turn in ep.turns:
-            r, c = map(int, turn.state.split(","))
-            if turn.action is None:
-                labels.append(0.0)
-                continue
-            nr, nc = r + MOVES[turn.action][0], c + MOVES[turn.action][1]
-            labels.append(float(0 <= dist[nr, nc] < dist[r, c]))
-    return torch.tensor(labels)
+    return torch.tensor(oracle_progress(episodes, mazes), dtype=torch.float32)
 
 
 def _reply_logprobs(policy, turns) -> torch.Tensor:
