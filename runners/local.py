@@ -416,15 +416,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorithm: Any, stream: MazeStream,
+def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorithm: Any, stream_state: dict[str, Any],
                     config: TrainConfig, extra: dict[str, Any]) -> Path:
-    """Write checkpoint ``step`` (adapter, optimizer/scheduler, RNGs, stream, step, config, ``extra``)."""
+    """Write checkpoint ``step`` (adapter, optimizer/scheduler, RNGs, maze stream state, step, config, ``extra``)."""
 
     def write(tmp: Path) -> None:
         policy.save_adapter(tmp / "adapter")
         torch.save(algorithm.state_dict(), tmp / "trainer_state.pt")
         torch.save(rng_state(), tmp / "rng_state.pt")
-        state = {"step": step, "stream": stream.state_dict(), "config": cfgmod.to_dict(config), **extra}
+        state = {"step": step, "stream": stream_state, "config": cfgmod.to_dict(config), **extra}
         (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
 
     return manager.save(step, write)
@@ -495,8 +495,6 @@ class LocalBackend:
         self.rollout = rollout_config(config)
         self.forbidden = vision_placeholder_ids(model_dir)
         self.description = f"RL ({config.algo.name})"
-        self._stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
-                                  max_optimal_moves=config.rollout.max_moves)
 
     def generate(self, mazes: Sequence[Any], step: int) -> list[Episode]:
         """G rollouts of each maze, seeded by the step (a pure function of the step: resume replays it)."""
@@ -516,8 +514,7 @@ class LocalBackend:
 
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Checkpoint ``step`` through :func:`save_checkpoint`."""
-        self._stream.load_state_dict(stream_state)
-        save_checkpoint(self.manager, step, self.policy, self.algorithm, self._stream, self.config, extra)
+        save_checkpoint(self.manager, step, self.policy, self.algorithm, stream_state, self.config, extra)
 
     def save_adapter(self, directory: Path) -> None:
         """The final adapter, PEFT format."""

@@ -47,9 +47,10 @@ dashboard in ``deploy/grafana``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 # ----------------------------------------------------------------------------- config
 
@@ -242,23 +243,15 @@ class WorkerGroup:
         import ray
 
         refs = [getattr(a, method).remote(*(per_rank[i] if per_rank is not None else args)) for i, a in enumerate(self.actors)]
-        try:
+        with _worker_failures(self, method):
             return ray.get(refs, timeout=timeout)
-        except ray.exceptions.RayActorError as exc:
-            raise WorkerFailure(f"a worker died during {method}: {exc}") from exc
-        except ray.exceptions.RayTaskError as exc:
-            if self.any_dead():
-                raise WorkerFailure(f"{method} failed while a worker was dead: {exc}") from exc
-            raise
 
     def call_rank0(self, method: str, *args: Any) -> Any:
         """Call ``method`` on rank 0 only."""
         import ray
 
-        try:
+        with _worker_failures(self, method):
             return ray.get(getattr(self.actors[0], method).remote(*args))
-        except ray.exceptions.RayActorError as exc:
-            raise WorkerFailure(f"rank 0 died during {method}: {exc}") from exc
 
     def any_dead(self, timeout: float = 10.0) -> bool:
         """True when some worker does not answer a ping."""
@@ -458,7 +451,6 @@ class RolloutTrainWorker:
         for any worker count, and for the local runner). Returns the checkpoint path on rank 0."""
         from pathlib import Path
 
-        from mazegym.evalsets import MazeStream
         from runners import fsdp, local
         from runners.checkpoint import CheckpointManager
 
@@ -466,13 +458,9 @@ class RolloutTrainWorker:
         trainer_state = fsdp.gather_algorithm_state(self.algorithm)
         if self.rank != 0:
             return None
-        c = self.config
-        stream = MazeStream(size=c.maze.size, seed=c.maze.stream_seed, generator=c.maze.generator,
-                            max_optimal_moves=c.rollout.max_moves)
-        stream.load_state_dict(stream_state)
         manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None)
         return str(local.save_checkpoint(manager, step, fsdp.GatheredAdapter(self.policy, adapter),
-                                         fsdp.GatheredAlgorithmState(trainer_state), stream, c, extra))
+                                         fsdp.GatheredAlgorithmState(trainer_state), stream_state, self.config, extra))
 
     def save_adapter(self, directory: str) -> str | None:
         """Every rank: gather the adapter; rank 0 writes it (PEFT format) and returns the path."""
@@ -751,15 +739,24 @@ def _get_all(group: WorkerGroup, refs: list, what: str) -> list:
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
-        try:
+        with _worker_failures(group, what):
             ray.get(ready[0])
-        except ray.exceptions.RayActorError as exc:
-            raise WorkerFailure(f"a worker died during {what}: {exc}") from exc
-        except ray.exceptions.RayTaskError as exc:
-            if group.any_dead():
-                raise WorkerFailure(f"{what} failed while a worker was dead: {exc}") from exc
-            raise
     return ray.get(refs)
+
+
+@contextlib.contextmanager
+def _worker_failures(group: WorkerGroup, what: str) -> Iterator[None]:
+    """Turn a dead actor (or an error while one is dead) into :class:`WorkerFailure`; other errors pass."""
+    import ray
+
+    try:
+        yield
+    except ray.exceptions.RayActorError as exc:
+        raise WorkerFailure(f"a worker died during {what}: {exc}") from exc
+    except ray.exceptions.RayTaskError as exc:
+        if group.any_dead():
+            raise WorkerFailure(f"{what} failed while a worker was dead: {exc}") from exc
+        raise
 
 
 # ---------------------------------------------------------------------------------- CLI
