@@ -44,12 +44,7 @@ def _report(name: str, episodes: list[Episode], update) -> dict:
     return row
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def net_episodes(grid: int = 11, groups: int = 16, group_size: int = 8, turns: int = 20) -> list[Episode]:

@@ -15,12 +15,7 @@ from algos.policies.net import MazeNetPolicy
 GRID = 7
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny ops: threads only add contention on shared CI cores
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_obs(rng: np.random.Generator) -> dict:

@@ -12,12 +12,7 @@ from algos.data import Episode, Turn  # noqa: E402
 from algos.policies.lm import LoRAConfig, LoRALMPolicy  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_qwen2(seed: int = 0):
