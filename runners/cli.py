@@ -92,7 +92,9 @@ def _preset_from_argv(argv: list[str]) -> str:
             return argv[i + 1]
         if a.startswith("--preset="):
             return a.split("=", 1)[1]
-    return "cpu-tiny"
+    from runners.presets import DEFAULT_PRESET
+
+    return DEFAULT_PRESET
 
 
 # --------------------------------------------------------------------------- commands

@@ -41,11 +41,17 @@ class ModelConfig:
     path: str = ""
     """Local directory of a Hugging Face model (config.json, weights, tokenizer). Empty: build the tiny model named by `tiny` into <run_dir>/base_model."""
     tiny: str = "text"
-    """Tiny model to build when `path` is empty: "text" (Qwen2 LM, ASCII observations) or "vlm" (Qwen2-VL, image observations)."""
+    """Tiny model to build when `path` is empty: "maze-vlm" (recurrent-conv vision encoder -> projector -> Qwen2 decoder, image observations), "text" (Qwen2 LM, ASCII observations) or "vlm" (Qwen2-VL, image observations)."""
     tiny_layers: int = 2
     """Decoder layers of the tiny model."""
     tiny_hidden: int = 128
     """Hidden size of the tiny model (a multiple of 64: head_dim is 64)."""
+    vision_width: int = 32
+    """Tiny maze-vlm only: channels of the recurrent conv vision encoder."""
+    vision_iterations: int = 20
+    """Tiny maze-vlm only: iterations of the recurrent conv block when the model is built (raise it at inference for larger mazes with eval.vision_iterations)."""
+    vision_patch_px: int = 5
+    """Tiny maze-vlm only: each maze cell is downsampled to this many pixels per side before the patch embedding."""
     task_tokens: bool = True
     """Tiny models only: give the fixed prompt phrases (system prompt, per-turn phrases) one token each, so a turn is ~100 tokens instead of ~530 bytes."""
     image_cell_px: int = 28
@@ -68,6 +74,8 @@ class LoraSettings:
     """Dropout on the adapter input."""
     target_modules: list[str] = field(default_factory=list)
     """Module name suffixes to wrap (e.g. q_proj,v_proj); empty = every linear layer of the language model (never the vision tower)."""
+    modules_to_save: list[str] = field(default_factory=list)
+    """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM whose encoder must learn too. The vLLM backend cannot serve such adapters."""
 
 
 @dataclass
@@ -479,7 +487,7 @@ def from_dict(data: dict[str, Any]) -> TrainConfig:
 
 # --------------------------------------------------------------------------- validation
 CHOICES = {
-    "model.tiny": ("text", "vlm"),
+    "model.tiny": ("maze-vlm", "text", "vlm"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "sft.enabled": ("auto", "always", "never"),
     "sft.mode": ("full", "lora"),
@@ -532,8 +540,15 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         RolloutConfig(**dataclasses.asdict(config.rollout))
     except ValueError as exc:
         raise ConfigError(f"rollout: {exc}") from None
-    if config.rollout.obs_mode in ("image", "both") and not config.model.path and config.model.tiny != "vlm":
-        raise ConfigError("rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=vlm or rollout.obs_mode=text")
+    if config.rollout.obs_mode in ("image", "both") and not config.model.path and config.model.tiny == "text":
+        raise ConfigError("rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or rollout.obs_mode=text")
+    if not config.model.path and config.model.tiny == "maze-vlm" and config.rollout.obs_mode != "image":
+        raise ConfigError("model.tiny=maze-vlm reads the maze image only; set rollout.obs_mode=image")
+    if config.lora.modules_to_save and config.loop.backend == "vllm":
+        raise ConfigError("lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load; use loop.backend=hf or leave it empty")
+    for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
+        if _get(config, key) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {_get(config, key)}")
     if config.model.path and need_model:
         path = Path(config.model.path).expanduser()
         if not (path / "config.json").is_file():

@@ -75,7 +75,11 @@ def prepare_base_model(config: TrainConfig) -> Path:
     m = config.model
     shape = dict(num_hidden_layers=m.tiny_layers, hidden_size=m.tiny_hidden, intermediate_size=2 * m.tiny_hidden,
                  num_attention_heads=m.tiny_hidden // 64, num_key_value_heads=m.tiny_hidden // 64)
-    if m.tiny == "vlm":
+    if m.tiny == "maze-vlm":
+        tiny.build_maze_vlm(out, seed=config.sft.seed, cell_px=int(config.rollout.env_kwargs.get("cell_px", 25)),
+                            vision={"width": m.vision_width, "iterations": m.vision_iterations, "patch_px": m.vision_patch_px},
+                            **shape)
+    elif m.tiny == "vlm":
         tiny.build_tiny_vlm(out, seed=config.sft.seed, **shape)
         side = config.maze.size * m.image_cell_px
         sftmod.set_image_pixels(out, min_pixels=side * side, max_pixels=side * side, resize=side % 28 != 0)
@@ -106,7 +110,8 @@ def lora_config(config: TrainConfig):
     from algos.policies.lm import LoRAConfig
 
     lo = config.lora
-    return LoRAConfig(rank=lo.rank, alpha=lo.alpha, dropout=lo.dropout, target_modules=list(lo.target_modules) or None)
+    return LoRAConfig(rank=lo.rank, alpha=lo.alpha, dropout=lo.dropout, target_modules=list(lo.target_modules) or None,
+                      modules_to_save=list(lo.modules_to_save) or None)
 
 
 def build_generator(config: TrainConfig, model_dir: Path, adapter: Path | None = None, version: int = 0):

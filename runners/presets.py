@@ -28,7 +28,7 @@ from runners.config import TrainConfig, apply_overrides
 QWEN3_VL_8B_PATH_ENV = "MAZEGYM_QWEN3_VL_8B"
 """Environment variable naming the local Qwen3-VL-8B directory (default /models/Qwen3-VL-8B-Instruct)."""
 
-DEFAULT_PRESET = "cpu-tiny"
+DEFAULT_PRESET = "cpu-maze-vlm"
 
 
 def cpu_tiny() -> TrainConfig:
@@ -54,6 +54,23 @@ def cpu_tiny_vlm() -> TrainConfig:
     ])
 
 
+def cpu_maze_vlm() -> TrainConfig:
+    """The CPU default: the case study in miniature (MazeVLM on VisMaze-v0 images; see the module docstring)."""
+    return apply_overrides(TrainConfig(run_dir="runs/cpu-maze-vlm", preset="cpu-maze-vlm"), [
+        "model.tiny=maze-vlm", "model.tiny_layers=1", "model.tiny_hidden=64",
+        "model.vision_width=32", "model.vision_iterations=20", "model.vision_patch_px=5",
+        "maze.size=9", "maze.eval_set=VisMaze-v0", "maze.heldout_sets=VisMaze-Hard-v0,heldout-13x13",
+        "rollout.max_moves=20", "rollout.history=none", "rollout.obs_mode=image",
+        "rollout.group_size=8", "rollout.temperature=1.0", "rollout.max_new_tokens=6",
+        "sft.mode=full", "sft.freeze_vision=false", "sft.steps=150", "sft.batch_size=64", "sft.lr=2e-3",
+        "lora.rank=16", "lora.alpha=32", "lora.modules_to_save=vision_tower",
+        "algo.name=gigpo", "algo.lr=1e-3", "algo.minibatch_size=0", "algo.micro_batch_size=256", "algo.old_logprobs=rollout",
+        "algo.filter_zero_variance=true", "algo.episode_mean=true",
+        "loop.steps=40", "loop.mazes_per_step=16", "loop.num_threads=0",
+        "eval.every=5", "checkpoint.every=10", "checkpoint.keep=2",
+    ])
+
+
 def qwen3_vl_8b_lora32() -> TrainConfig:
     """The case study's recipe: Qwen3-VL-8B (local path), LoRA r=32, GRPO, 6 GPUs, VisMaze-v0 images."""
     path = os.environ.get(QWEN3_VL_8B_PATH_ENV, "/models/Qwen3-VL-8B-Instruct")
@@ -72,6 +89,7 @@ def qwen3_vl_8b_lora32() -> TrainConfig:
 
 
 PRESETS: dict[str, Callable[[], TrainConfig]] = {
+    "cpu-maze-vlm": cpu_maze_vlm,
     "cpu-tiny": cpu_tiny,
     "cpu-tiny-vlm": cpu_tiny_vlm,
     "qwen3-vl-8b-lora32": qwen3_vl_8b_lora32,

@@ -270,3 +270,39 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) 
         path.write_text(json.dumps(cfg, indent=2))
 
     return _save_atomically(out_dir, write, "vlm", digest)
+
+
+def build_maze_vlm(out_dir: str | os.PathLike, seed: int = 0, cell_px: int = 25, vision: dict | None = None,
+                   **overrides: Any) -> Path:
+    """Build (or reuse) a random MazeVLM (recurrent-conv vision encoder -> projector -> Qwen2 decoder) at ``out_dir``.
+
+    ``vision`` overrides the encoder shape (``patch_px``, ``width``, ``iterations``); ``cell_px``
+    is the env's pixels per maze cell (one cell = one vision token); ``overrides`` replace
+    decoder fields. Saved with its tokenizer and image processor. Returns the model path.
+    """
+    from algos.models.maze_vlm import DEFAULT_VISION_CONFIG
+
+    out_dir = Path(out_dir)
+    tokenizer = build_tokenizer()
+    token_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    text = _text_config_dict(len(tokenizer), token_ids, **overrides)
+    config = dict(text, vision_config={**DEFAULT_VISION_CONFIG, **(vision or {})},
+                  image_token_id=token_ids["<|image_pad|>"], vision_start_token_id=token_ids["<|vision_start|>"],
+                  vision_end_token_id=token_ids["<|vision_end|>"])
+    digest = _config_hash("maze_vlm", dict(config, cell_px=cell_px), seed)
+    if _is_built(out_dir, digest):
+        return out_dir
+
+    def write(tmp: Path) -> None:
+        import torch
+
+        from algos.models.maze_vlm import MazeVLMConfig, MazeVLMForConditionalGeneration, MazeVLMImageProcessor
+
+        torch.manual_seed(seed)
+        model = MazeVLMForConditionalGeneration(MazeVLMConfig(**config)).float()
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        _generation_config(token_ids).save_pretrained(tmp)
+        MazeVLMImageProcessor(cell_px=cell_px, patch_px=config["vision_config"]["patch_px"]).save_pretrained(tmp)
+
+    return _save_atomically(out_dir, write, "maze_vlm", digest)

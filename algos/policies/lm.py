@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
 from algos.data import Turn
 from algos.policy import PolicyOutput
 
@@ -47,6 +48,8 @@ class LoRAConfig:
     """Module name suffixes to wrap (e.g. ["q_proj", "v_proj"]); None = every linear layer of the language model."""
     exclude_vision: bool = True
     """Never put LoRA on the vision tower (vLLM ignores it there)."""
+    modules_to_save: list[str] | None = None
+    """Modules trained in full and stored in the adapter (PEFT ``modules_to_save``), e.g. ["vision_tower"]."""
 
 
 def language_linear_suffixes(model: nn.Module) -> list[str]:
@@ -69,6 +72,7 @@ def add_lora(model: nn.Module, lora: LoRAConfig) -> nn.Module:
     config = peft.LoraConfig(
         r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
         exclude_modules=VISION_MODULE_PATTERN if (lora.exclude_vision and has_vision) else None, task_type="CAUSAL_LM",
+        modules_to_save=list(lora.modules_to_save) if lora.modules_to_save else None,
     )
     return peft.get_peft_model(model, config)
 

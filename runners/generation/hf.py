@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
 from runners.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
 from runners.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer, pixel_inputs
 

@@ -1,0 +1,234 @@
+"""MazeVLM: a tiny vision-language model whose vision encoder is a recurrent conv net.
+
+The usual VLM shape (LLaVA, Qwen-VL): vision encoder -> projector -> language model.
+
+* **Image processor** (:class:`MazeVLMImageProcessor`): cuts the RGB frame into square patches
+  of ``cell_px`` pixels (one patch = one maze cell, as a ViT patch), downsamples each to
+  ``patch_px`` x ``patch_px`` and flattens it. Like Qwen-VL it returns the patches of all images
+  as rows of ``pixel_values`` plus ``image_grid_thw`` = (1, rows, cols) per image, so images of
+  different sizes (9x9 and 13x13 mazes) go in one batch.
+* **Vision encoder** (:class:`RecurrentConvEncoder`): a linear patch embedding, then one
+  residual block of two 3x3 convs applied ``iterations`` times over the cell grid, with the
+  embedded input concatenated at every iteration (the "Deep Thinking" recall architecture of
+  Schwarzschild et al. 2021 / Bansal et al. 2022). Locality plus recurrence is the inductive bias
+  that lets a ~30k-parameter net learn maze routing; ``iterations`` can be raised at inference for
+  larger mazes (:func:`set_vision_iterations`).
+* **Projector**: a two-layer MLP from each cell's features to the LM's embedding size.
+* **Language model**: a Qwen2 decoder (inherited from ``Qwen2ForCausalLM``). Every
+  ``image_token_id`` placeholder in ``input_ids`` receives one projected cell feature, in
+  row-major order, image after image; the decoder then writes the reply as text.
+
+Registered with the transformers Auto classes on import (:func:`register`), so
+``AutoConfig`` / ``AutoModelForImageTextToText`` / ``AutoImageProcessor`` load a saved model by
+path (config.json, model.safetensors, preprocessor_config.json), with no remote code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
+
+MODEL_TYPE = "mazegym_maze_vlm"
+
+DEFAULT_VISION_CONFIG = {"patch_px": 5, "width": 32, "iterations": 20}
+"""Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations."""
+
+
+class MazeVLMConfig(Qwen2Config):
+    """Qwen2 decoder settings plus ``vision_config`` (patch_px, width, iterations) and the image token id."""
+
+    model_type = MODEL_TYPE
+
+    def __init__(self, vision_config: dict | None = None, image_token_id: int | None = None,
+                 vision_start_token_id: int | None = None, vision_end_token_id: int | None = None, **kwargs: Any):
+        self.vision_config = {**DEFAULT_VISION_CONFIG, **(vision_config or {})}
+        self.image_token_id = image_token_id
+        self.vision_start_token_id = vision_start_token_id
+        self.vision_end_token_id = vision_end_token_id
+        super().__init__(**kwargs)
+
+
+class RecurrentConvEncoder(nn.Module):
+    """Patch embedding, then a weight-tied residual conv block repeated over the cell grid."""
+
+    def __init__(self, patch_px: int, width: int, iterations: int, pool_token: bool = False):
+        super().__init__()
+        self.iterations = iterations
+        self.pool_token = pool_token
+        self.patch_embed = nn.Linear(3 * patch_px * patch_px, width)
+        self.conv_in = nn.Conv2d(2 * width, width, 3, padding=1)
+        self.conv_out = nn.Conv2d(width, width, 3, padding=1)
+        if pool_token:
+            self.pool_score = nn.Linear(width, 1)
+
+    def forward(self, grid: torch.Tensor, iterations: int | None = None) -> torch.Tensor:
+        """``grid``: [B, H, W, 3*p*p] flattened patches -> [B, H*W, 2*width] per-cell features."""
+        batch, rows, cols, _ = grid.shape
+        recall = torch.relu(self.patch_embed(grid)).permute(0, 3, 1, 2)  # [B, C, H, W]
+        state = torch.zeros_like(recall)
+        for _ in range(iterations or self.iterations):
+            update = torch.relu(self.conv_in(torch.cat([state, recall], dim=1)))
+            state = torch.relu(state + self.conv_out(update))
+        features = torch.cat([state, recall], dim=1)  # the LM reads the routing state and what the cell shows
+        features = features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)
+        if self.pool_token:
+            weights = torch.softmax(self.pool_score(recall.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)), dim=1)
+            features = torch.cat([features, (weights * features).sum(1, keepdim=True)], dim=1)
+        return features
+
+
+class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
+    """Recurrent-conv vision encoder -> MLP projector -> Qwen2 decoder (see the module docstring)."""
+
+    config_class = MazeVLMConfig
+
+    def __init__(self, config: MazeVLMConfig):
+        super().__init__(config)
+        vision = config.vision_config
+        self.vision_tower = RecurrentConvEncoder(vision["patch_px"], vision["width"], vision["iterations"],
+                                                 vision.get("pool_token", False))
+        self.multi_modal_projector = nn.Sequential(
+            nn.Linear(2 * vision["width"], config.hidden_size), nn.GELU(), nn.Linear(config.hidden_size, config.hidden_size))
+        self.post_init()
+
+    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        """Projected features of every cell of every image, image after image, row-major: [cells, hidden]."""
+        patch_dim = pixel_values.shape[-1]
+        sizes = [(int(r), int(c)) for _, r, c in image_grid_thw.tolist()]
+        pieces = torch.split(pixel_values, [r * c for r, c in sizes])
+        extra = 1 if self.vision_tower.pool_token else 0
+        out: list[torch.Tensor | None] = [None] * len(sizes)
+        # Images of the same grid size run as one batch through the recurrence.
+        for shape in dict.fromkeys(sizes):
+            idx = [i for i, s in enumerate(sizes) if s == shape]
+            grid = torch.stack([pieces[i] for i in idx]).reshape(len(idx), shape[0], shape[1], patch_dim)
+            feats = self.multi_modal_projector(self.vision_tower(grid))
+            for j, i in enumerate(idx):
+                out[i] = feats[j]
+        del extra
+        return torch.cat(out)  # type: ignore[arg-type]
+
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.LongTensor | None = None, past_key_values: Any = None,
+                inputs_embeds: torch.FloatTensor | None = None, labels: torch.LongTensor | None = None,
+                use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
+                pixel_values: torch.Tensor | None = None, image_grid_thw: torch.Tensor | None = None,
+                mm_token_type_ids: torch.Tensor | None = None, **kwargs: Any):
+        """Causal-LM forward; cell features replace the image placeholder embeddings when ``pixel_values`` is given."""
+        del mm_token_type_ids  # accepted for Qwen-VL call compatibility; this model uses plain 1-D RoPE
+        if inputs_embeds is None:
+            inputs_embeds = self.model.embed_tokens(input_ids)
+        if pixel_values is not None and input_ids is not None:
+            is_image = input_ids == self.config.image_token_id
+            # During cached decoding the new tokens hold no placeholders: skip the encoder.
+            if bool(is_image.any()):
+                feats = self.image_features(pixel_values.to(inputs_embeds.dtype), image_grid_thw)
+                if feats.shape[0] != int(is_image.sum()):
+                    raise ValueError(f"{int(is_image.sum())} image placeholder tokens but the images have "
+                                     f"{feats.shape[0]} cells")
+                inputs_embeds = inputs_embeds.masked_scatter(is_image[..., None], feats)
+        return super().forward(input_ids=None, attention_mask=attention_mask, position_ids=position_ids,
+                               past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
+                               use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+
+    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, pixel_values=None, image_grid_thw=None,
+                                      is_first_iteration=False, **kwargs):
+        """Keep ``input_ids`` (not embeddings) so the forward can find the placeholders; images only on the prefill."""
+        inputs = super().prepare_inputs_for_generation(input_ids, past_key_values=past_key_values,
+                                                       is_first_iteration=is_first_iteration, **kwargs)
+        if is_first_iteration or past_key_values is None or past_key_values.get_seq_length() == 0:
+            inputs["pixel_values"] = pixel_values
+            inputs["image_grid_thw"] = image_grid_thw
+        return inputs
+
+
+def set_vision_iterations(model: nn.Module, iterations: int) -> None:
+    """Run the recurrent encoder for ``iterations`` steps from now on (e.g. more for larger mazes)."""
+    if iterations < 1:
+        raise ValueError(f"vision iterations must be >= 1, got {iterations}")
+    found = [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
+    if not found:
+        raise ValueError("this model has no recurrent conv vision encoder")
+    for module in found:
+        module.iterations = int(iterations)
+
+
+class MazeVLMImageProcessor(BaseImageProcessor):
+    """RGB frame -> one flattened ``patch_px``-pixel patch per ``cell_px`` cell (see the module docstring)."""
+
+    model_input_names = ["pixel_values", "image_grid_thw"]
+
+    def __init__(self, cell_px: int = 25, patch_px: int = 5, merge_size: int = 1, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cell_px = int(cell_px)
+        self.patch_px = int(patch_px)
+        self.merge_size = int(merge_size)  # one cell = one token (read by prompt builders)
+
+    def grid_shape(self, height: int, width: int) -> tuple[int, int]:
+        """(rows, cols) of cells in an image of this size."""
+        if height % self.cell_px or width % self.cell_px:
+            raise ValueError(f"image of {height}x{width} px is not a whole number of {self.cell_px}-px maze cells")
+        return height // self.cell_px, width // self.cell_px
+
+    def get_number_of_image_patches(self, height: int, width: int, images_kwargs: dict | None = None) -> int:
+        """Vision tokens for an image of this size: one per cell."""
+        rows, cols = self.grid_shape(int(height), int(width))
+        return rows * cols
+
+    def preprocess(self, images: Any, return_tensors: str | None = "pt", **kwargs: Any) -> BatchFeature:
+        """``{"pixel_values": [cells, 3*p*p] float, "image_grid_thw": [images, 3]}`` for a list of images."""
+        if not isinstance(images, (list, tuple)):
+            images = [images]
+        rows_out, grids = [], []
+        for image in images:
+            array = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image, dtype=np.float32)
+            if array.ndim != 3 or array.shape[2] != 3:
+                raise ValueError(f"expected an HxWx3 RGB image, got shape {array.shape}")
+            rows, cols = self.grid_shape(array.shape[0], array.shape[1])
+            cells = array.reshape(rows, self.cell_px, cols, self.cell_px, 3).transpose(0, 2, 4, 1, 3)
+            cells = _area_downsample(cells, self.patch_px)  # [rows, cols, 3, p, p]
+            rows_out.append(cells.reshape(rows * cols, -1) / 255.0 - 0.5)
+            grids.append((1, rows, cols))
+        data = {"pixel_values": np.concatenate(rows_out).astype(np.float32), "image_grid_thw": np.array(grids, dtype=np.int64)}
+        return BatchFeature(data=data, tensor_type=return_tensors)
+
+    def __call__(self, images: Any = None, *args: Any, **kwargs: Any) -> BatchFeature:
+        """Same as :meth:`preprocess`."""
+        return self.preprocess(images, **kwargs)
+
+
+def _area_downsample(cells: np.ndarray, out_px: int) -> np.ndarray:
+    """Average-pool the last two axes (a cell of ``cell_px`` pixels) down to ``out_px`` pixels."""
+    size = cells.shape[-1]
+    if size == out_px:
+        return cells
+    edges = np.linspace(0, size, out_px + 1).round().astype(int)
+    rows = np.stack([cells[..., a:b, :].mean(-2) for a, b in zip(edges[:-1], edges[1:])], axis=-2)
+    return np.stack([rows[..., a:b].mean(-1) for a, b in zip(edges[:-1], edges[1:])], axis=-1)
+
+
+def register() -> None:
+    """Make the transformers Auto classes know MazeVLM (idempotent)."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    AutoConfig.register(MODEL_TYPE, MazeVLMConfig, exist_ok=True)
+    AutoModelForImageTextToText.register(MazeVLMConfig, MazeVLMForConditionalGeneration, exist_ok=True)
+    AutoModelForCausalLM.register(MazeVLMConfig, MazeVLMForConditionalGeneration, exist_ok=True)
+    AutoImageProcessor.register(MazeVLMConfig, image_processor_classes={"pil": MazeVLMImageProcessor}, exist_ok=True)
+
+
+def parameter_count(model: nn.Module) -> dict[str, int]:
+    """Parameters of the vision encoder, projector and language model."""
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    total = count(model)
+    vision, proj = count(model.vision_tower), count(model.multi_modal_projector)
+    return {"vision_encoder": vision, "projector": proj, "language_model": total - vision - proj, "total": total}
+
+
+__all__ = ["MazeVLMConfig", "MazeVLMForConditionalGeneration", "MazeVLMImageProcessor", "RecurrentConvEncoder",
+           "register", "set_vision_iterations", "parameter_count"]
