@@ -405,15 +405,21 @@ def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) 
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, numpy and torch RNG states."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, numpy and torch RNG states as plain JSON data (no pickles: loading runs no code)."""
+    version, words, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": {"version": version, "state": list(words), "gauss": gauss},
+            "numpy": {"kind": kind, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
+            "torch": torch.get_rng_state().tolist()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore :func:`rng_state`."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((int(py["version"]), tuple(int(w) for w in py["state"]), py["gauss"]))
+    np.random.set_state((str(npy["kind"]), np.asarray(npy["keys"], dtype=np.uint32), int(npy["pos"]),
+                         int(npy["has_gauss"]), float(npy["cached"])))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
 def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorithm: Any, stream_state: dict[str, Any],
@@ -423,7 +429,7 @@ def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorith
     def write(tmp: Path) -> None:
         policy.save_adapter(tmp / "adapter")
         torch.save(algorithm.state_dict(), tmp / "trainer_state.pt")
-        torch.save(rng_state(), tmp / "rng_state.pt")
+        (tmp / "rng_state.json").write_text(json.dumps(rng_state()))
         state = {"step": step, "stream": stream_state, "config": cfgmod.to_dict(config), **extra}
         (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
 
@@ -431,10 +437,14 @@ def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorith
 
 
 def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream) -> dict[str, Any]:
-    """Restore what :func:`save_checkpoint` wrote into live objects; returns the state.json content."""
+    """Restore what :func:`save_checkpoint` wrote into live objects; returns the state.json content.
+
+    Nothing is unpickled: the trainer state loads with ``weights_only=True`` (tensors and
+    plain containers only) and the RNG states are JSON.
+    """
     policy.load_adapter(path / "adapter")
-    algorithm.load_state_dict(torch.load(path / "trainer_state.pt", weights_only=False))
-    set_rng_state(torch.load(path / "rng_state.pt", weights_only=False))
+    algorithm.load_state_dict(torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu"))
+    set_rng_state(json.loads((path / "rng_state.json").read_text()))
     state = json.loads((path / "state.json").read_text())
     stream.load_state_dict(state["stream"])
     return state
@@ -467,7 +477,7 @@ def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Call
     from runners.sync import AdapterSync
 
     manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
-    resume_from = manager.resolve(config.checkpoint.resume)
+    resume_from = manager.start_run(config.checkpoint.resume)
     model_dir, start_adapter = rl_start(config, log=log, metrics=metrics)
     generator, policy, algorithm, probe = build_training(config, model_dir, start_adapter)
     stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
