@@ -446,9 +446,11 @@ class RolloutTrainWorker:
             return evaluate_mazes(self.generator, mazes, rollout, seed=start)
         return play_episodes(self.generator, mazes, rollout, 1, seed=start)
 
-    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict) -> str | None:
+    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict,
+                        run_id: str | None = None) -> str | None:
         """Every rank: gather adapter and optimizer state; rank 0 checkpoints them with its RNGs (valid
-        for any worker count, and for the local runner). Returns the checkpoint path on rank 0."""
+        for any worker count, and for the local runner) as part of run ``run_id``. Returns the
+        checkpoint path on rank 0."""
         from pathlib import Path
 
         from runners import fsdp, local
@@ -458,7 +460,7 @@ class RolloutTrainWorker:
         trainer_state = fsdp.gather_algorithm_state(self.algorithm)
         if self.rank != 0:
             return None
-        manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None)
+        manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None, run_id=run_id)
         return str(local.save_checkpoint(manager, step, fsdp.GatheredAdapter(self.policy, adapter),
                                          fsdp.GatheredAlgorithmState(trainer_state), stream_state, self.config, extra))
 
@@ -592,11 +594,11 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
     manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
     try:
+        resume_from = manager.start_run(config.checkpoint.resume)
         model_dir, start_adapter = local.rl_start(config, log=log, metrics=metrics)
         from runners.loop import LoopState
 
         state = LoopState()
-        resume_from = manager.resolve(config.checkpoint.resume)
         while True:
             group = None
             try:
@@ -711,7 +713,7 @@ class RayBackend:
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Rank 0 writes the gathered adapter + optimizer state (every rank joins the gather)."""
         self.group.call("save_checkpoint", str(self.manager.root), self.manager.keep, step, stream_state,
-                        {**extra, "ray_workers": self.workers})
+                        {**extra, "ray_workers": self.workers}, self.manager.run_id)
 
     def save_adapter(self, directory: Any) -> None:
         """The final gathered adapter."""
