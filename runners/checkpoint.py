@@ -25,7 +25,6 @@ start in a directory that holds another run's checkpoints is refused (:meth:`Che
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -35,6 +34,8 @@ import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
+
+from runners.atomic import fsync_path, replace_dir
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
@@ -62,20 +63,6 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file or directory to disk (best effort: some filesystems refuse directory fsync)."""
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_manifest(directory: Path, step: int, run_id: str | None = None) -> dict:
@@ -180,17 +167,6 @@ def run_id_of(directory: str | Path) -> str | None:
     return manifest.get("run_id") if manifest else None
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two directories (Linux ``renameat2(RENAME_EXCHANGE)``); False when unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
 class CheckpointManager:
     """Writes, lists, verifies and prunes the checkpoints of one run directory."""
 
@@ -219,11 +195,7 @@ class CheckpointManager:
         try:
             write(tmp)
             write_manifest(tmp, step, self.run_id)
-            if not (final.exists() and _exchange(tmp, final)):
-                if final.exists():  # no atomic exchange here: move the old one aside, then rename
-                    os.replace(final, Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=self.root)) / "old")
-                os.replace(tmp, final)
-            fsync_path(self.root)
+            replace_dir(tmp, final)
             self._write_latest(final.name)
         finally:
             if tmp.exists():

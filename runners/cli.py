@@ -264,7 +264,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from runners.export import export
 
     config = build_config(args)
-    out = export(config, checkpoint=args.checkpoint, out_dir=args.out, merged=args.merged)
+    out = export(config, checkpoint=args.checkpoint, out_dir=args.out, merged=args.merged, force=args.force)
     print(f"Exported to {out}\n" + (out / "SERVING.md").read_text())
     return 0
 
@@ -397,6 +397,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default="latest", help="latest | PATH (default: the newest valid checkpoint)")
     p.add_argument("--out", default=None, help="output directory (default <run_dir>/export)")
     p.add_argument("--merged", action="store_true", help="also write the model with the adapter merged in")
+    p.add_argument("--force", action="store_true", help="replace --out even when it is a non-empty directory that holds no earlier export")
 
     from runners.submit import add_submit_command
 
@@ -424,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mazegym {args.command}: config error: {exc}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, KeyError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"mazegym {args.command}: error: {msg}", file=sys.stderr)
         return 2

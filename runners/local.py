@@ -38,6 +38,7 @@ import torch
 import algos
 from algos.data import Episode
 from mazegym.evalsets import MazeStream
+from runners import atomic
 from runners import config as cfgmod
 from runners.checkpoint import CheckpointManager
 from runners.config import TrainConfig
@@ -84,7 +85,7 @@ def prepare_base_model(config: TrainConfig) -> Path:
     if m.task_tokens:
         sftmod.add_task_tokens(out, sftmod.task_phrases(config.maze.size, config.rollout.max_moves, config.rollout.obs_mode,
                                                        config.rollout.require_stop))
-    marker.write_text(json.dumps(recipe, indent=2))
+    atomic.write_json(marker, recipe)
     return out
 
 
@@ -254,7 +255,7 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     info = {"steps": config.sft.steps, "batch_size": config.sft.batch_size, "demo_moves": config.sft.steps * config.sft.batch_size,
             "mazes_seen": mazes.index, "seconds": time.perf_counter() - t0, "final": final, "mode": config.sft.mode}
     write_json(out / "sft_info.json", info)
-    (out / "DONE").write_text("ok\n")
+    atomic.write_text(out / "DONE", "ok\n")
     log(f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
         f"in {info['seconds']:.0f}s -> {target}")
     return target
@@ -463,7 +464,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
     set_threads(config)
     run_dir = Path(config.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfgmod.to_dict(config), indent=2))
+    atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     try:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from algos.data import Episode
+from runners import atomic
 from runners.evaluate import case_study_table, format_table, write_json
 from runners.metrics import PhaseTimer, Progress
 from runners.rollout import rollout_metrics
@@ -169,9 +170,12 @@ def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[
                run_dir: Path, manager: Any, metrics: Any, t_start: float) -> RunResult:
     """Final adapter, held-out evaluations, ``eval_results.json``, the case-study table and artifact paths."""
     final_adapter = run_dir / "final_adapter"
-    if final_adapter.exists():
-        shutil.rmtree(final_adapter)
-    backend.save_adapter(final_adapter)
+    staging = atomic.temp_dir_beside(final_adapter)
+    try:
+        backend.save_adapter(staging)
+        atomic.replace_dir(staging, final_adapter)  # a crash leaves the previous final adapter, never an empty one
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     heldout = {name: backend.evaluate(name) for name in config.maze.heldout_sets}
     seconds = time.perf_counter() - t_start
     extra_results, extra_artifacts = backend.results_extras()

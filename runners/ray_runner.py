@@ -568,13 +568,13 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
     Same config, same phases, same logs as :func:`runners.local.train`; ``stop_after`` ends
     the loop after that many steps as if interrupted (for resume tests).
     """
-    import json
     import shutil
     import time
     from pathlib import Path
 
     import ray
 
+    from runners import atomic
     from runners import config as cfgmod
     from runners import local
     from runners.checkpoint import CheckpointManager
@@ -588,7 +588,7 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
     run_dir = Path(config.run_dir).resolve()
     config.run_dir = str(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfgmod.to_dict(config), indent=2))
+    atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
@@ -630,6 +630,7 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
     import json
     import shutil
 
+    from runners import atomic
     from runners import config as cfgmod
 
     # Adapter versions restart from the checkpoint's step: clear versions a dead group left behind.
@@ -638,7 +639,7 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
                  str(resume_from) if resume_from else None)
     group = WorkerGroup(ray_cfg, RolloutTrainWorker, init_args)
     info = group.setup_info
-    (run_dir / "ray_workers.json").write_text(json.dumps(info, indent=2))
+    atomic.write_json(run_dir / "ray_workers.json", info)
     if resume_from is not None:
         saved = json.loads((resume_from / "state.json").read_text())
         state.step = int(saved["step"])
