@@ -201,6 +201,8 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
+        metrics.discard(lambda record: record.get("phase") == "sft")
     sftmod.seed_everything(config.sft.seed)
     tokenizer = load_tokenizer(base)
     image_processor = load_image_processor(base)
@@ -491,6 +493,9 @@ def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Call
         state = LoopState(step=int(saved["step"]), before=saved.get("before"), history=saved.get("eval_history", []))
         generator.load_adapter(str(resume_from / "adapter"), state.step)
         log(f"[resume] from {resume_from} at RL step {state.step}")
+    else:
+        log(f"[resume] nothing resumed (checkpoint.resume={config.checkpoint.resume}): RL starts at step 0, "
+            f"checkpoints go to {manager.root}")
     backend = LocalBackend(config, model_dir, generator, policy, algorithm, probe, AdapterSync(sync_dir, keep=2), manager)
     return run_rl_loop(config, backend, stream, state, run_dir, manager, metrics, log, stop_after, t_start)
 

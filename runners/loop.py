@@ -102,6 +102,25 @@ def eval_fields(summary: dict[str, Any]) -> dict[str, float]:
             "eval/invalid_action_rate": summary["invalid_action_rate"]}
 
 
+def discard_replayed_records(metrics: Any, state: LoopState, log: Callable[[str], None] = print) -> int:
+    """Drop metric records this run is about to write again, so every step has one record.
+
+    After resuming at step k, records of steps past k (from the attempt that was interrupted)
+    are dropped; on a fresh start every RL record and the before-RL evaluation are.
+    """
+    fresh = state.step == 0 and state.before is None
+
+    def replayed(record: dict) -> bool:
+        phase, step = record.get("phase"), record.get("step", 0)
+        return (phase == "rl" and step > state.step) or (fresh and phase == "eval")
+
+    dropped = metrics.discard(replayed) if hasattr(metrics, "discard") else 0
+    if dropped:
+        log(f"[metrics] dropped {dropped} record(s) past RL step {state.step} from {metrics.jsonl_path} "
+            f"(written by an interrupted attempt; they are about to be redone)")
+    return dropped
+
+
 def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState, run_dir: Path, manager: Any,
                 metrics: Any, log: Callable[[str], None], stop_after: int | None, t_start: float) -> RunResult:
     """Run RL steps ``state.step + 1 .. config.loop.steps`` on ``backend``; returns the run's result.
@@ -109,7 +128,9 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
     ``stream`` yields the training mazes (already restored to ``state``); ``state`` is updated
     after every step. ``stop_after`` ends this invocation after that many steps *as if
     interrupted* (no final checkpoint or eval), which is how tests check resume equivalence.
+    Records an interrupted attempt wrote past ``state.step`` are dropped first.
     """
+    discard_replayed_records(metrics, state, log)
     if state.step == 0 and state.before is None and config.eval.before_rl:
         timer = PhaseTimer()
         with timer.phase("eval"):
