@@ -89,3 +89,33 @@ def test_no_code_loads_pickles_from_disk():
                 if pattern.search(line) and "pickle.loads(pickle.dumps(" not in line:
                     offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_a_real_lora_policy_checkpoint_round_trips_through_safe_loading(tmp_path, one_torch_thread):
+    import algos
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+    from runners.generation.adapters import check_adapter
+    from runners.tiny import build_tiny_text_lm
+
+    model = build_tiny_text_lm(tmp_path / "model", num_hidden_layers=1, hidden_size=64, intermediate_size=128,
+                               num_attention_heads=1, num_key_value_heads=1)
+
+    def build():
+        torch.manual_seed(0)
+        policy = LoRALMPolicy.from_pretrained(model, lora=LoRAConfig(rank=2, alpha=4), dtype=torch.float32)
+        return policy, algos.make("grpo", policy)
+
+    policy, algorithm = build()
+    for param in policy.trainable_parameters():
+        param.grad = torch.full_like(param, 0.1)
+    algorithm.optimizer.step()
+    stream = MazeStream(size=7, seed=0)
+    manager = CheckpointManager(tmp_path / "checkpoints", log=lambda m: None)
+    path = save_checkpoint(manager, 3, policy, algorithm, stream.state_dict(), TrainConfig(), {})
+    check_adapter(model, path / "adapter")
+    fresh_policy, fresh_algorithm = build()
+    load_checkpoint(path, fresh_policy, fresh_algorithm, MazeStream(size=7, seed=0))
+    for a, b in zip(policy.trainable_parameters(), fresh_policy.trainable_parameters()):
+        assert torch.equal(a, b)
+    saved = algorithm.state_dict()["optimizer"]["state"]
+    assert all(torch.equal(saved[k]["exp_avg"], fresh_algorithm.state_dict()["optimizer"]["state"][k]["exp_avg"]) for k in saved)
