@@ -45,6 +45,7 @@ from gymnasium import spaces
 from mazegym.maze import DEFAULT_GENERATOR, FLOOR_CHAR, GENERATORS, WALL_CHAR, MazeSpec, check_size, sample_maze
 from mazegym.render import TEXT_CHARSET, ascii_bytes, cell_patches, render_background, text_length
 from mazegym.solver import MOVES, STOP, bfs_distances_flat
+from mazegym.spaces import MapText
 
 ACTION_NAMES = ("right", "up", "left", "down", "stop")
 """Action names by index; the first four are the moves."""
@@ -124,7 +125,7 @@ class VisMazeEnv(gym.Env):
             obs_spaces["image"] = spaces.Box(0, 255, (px, px, 3), dtype=np.uint8)
         if obs_mode in ("both", "text"):
             n = text_length(self.size)
-            obs_spaces["text"] = spaces.Text(max_length=n, min_length=n, charset=TEXT_CHARSET)
+            obs_spaces["text"] = MapText(max_length=n, min_length=n, charset=TEXT_CHARSET)
         self.observation_space = spaces.Dict(obs_spaces)
         self._want_image = "image" in obs_spaces
         self._want_text = "text" in obs_spaces
