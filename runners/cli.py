@@ -462,9 +462,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mazegym {args.command}: config error: {exc}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError, KeyError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"mazegym {args.command}: error: {msg}", file=sys.stderr)
+    except KeyError as exc:
+        key = exc.args[0] if exc.args else "?"
+        print(f"mazegym {args.command}: error (KeyError): missing key {key!r} in data this command read; the file is "
+              f"probably from another mazegym version or damaged: rerun the step that wrote it", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
 
 

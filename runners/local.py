@@ -241,9 +241,11 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
         if metrics is not None:
             metrics.log(step, m, phase="sft")
 
-    final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
-                             pad_id=tokenizer.pad_token_id, image_processor=image_processor, log=on_step)
-    progress.close()
+    try:
+        final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
+                                 pad_id=tokenizer.pad_token_id, image_processor=image_processor, log=on_step)
+    finally:
+        progress.close()
     if config.sft.mode == "full":
         target = out / "model"
         model.save_pretrained(str(target), safe_serialization=True)

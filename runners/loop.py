@@ -141,6 +141,20 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
         log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
 
     progress = Progress(config.loop.steps, initial=state.step, desc=backend.description, enabled=config.logging.progress)
+    try:  # the bar is closed however the loop ends (finished, interrupted, or failed)
+        stopped, after, final_step = _run_steps(config, backend, stream, state, metrics, progress, stop_after)
+    finally:
+        progress.close()
+    if stopped:
+        return RunResult(run_dir, state.before, None, state.step, time.perf_counter() - t_start)
+    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
+        after = backend.evaluate(config.maze.eval_set)
+    return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
+
+
+def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState, metrics: Any, progress: Any,
+               stop_after: int | None) -> tuple[bool, dict[str, Any] | None, int]:
+    """The step loop of :func:`run_rl_loop`; returns (stopped early, final eval summary, final step)."""
     last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
     deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
     ran, after, final_step = 0, None, config.loop.steps
@@ -179,12 +193,8 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
             final_step = step
             break
         if stop_after is not None and ran >= stop_after:
-            progress.close()
-            return RunResult(run_dir, state.before, None, step, time.perf_counter() - t_start)
-    progress.close()
-    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
-        after = backend.evaluate(config.maze.eval_set)
-    return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
+            return True, None, step
+    return False, after, final_step
 
 
 def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[str, Any], final_step: int,
