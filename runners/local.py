@@ -467,22 +467,22 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
     cfgmod.validate(config)
     set_threads(config)
     run_dir = Path(config.run_dir)
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     try:
-        return _train(config, run_dir, metrics, log, stop_after, t_start)
+        return _train(config, run_dir, metrics, log, stop_after, t_start, manager, resume_from)
     finally:
         metrics.close()
 
 
 def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Callable[[str], None],
-           stop_after: int | None, t_start: float) -> RunResult:
+           stop_after: int | None, t_start: float, manager: CheckpointManager, resume_from: Path | None) -> RunResult:
     from runners.sync import AdapterSync
 
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
-    resume_from = manager.start_run(config.checkpoint.resume)
     model_dir, start_adapter = rl_start(config, log=log, metrics=metrics)
     generator, policy, algorithm, probe = build_training(config, model_dir, start_adapter)
     stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,

@@ -587,14 +587,14 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
         ray.init(address=ray_cfg.address, log_to_driver=True)
     run_dir = Path(config.run_dir).resolve()
     config.run_dir = str(run_dir)
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
     try:
-        resume_from = manager.start_run(config.checkpoint.resume)
         model_dir, start_adapter = local.rl_start(config, log=log, metrics=metrics)
         from runners.loop import LoopState
 

@@ -24,7 +24,20 @@ def test_cli_train_resume_latest_in_an_empty_run_dir_exits_2_before_any_work(tmp
     assert main(["train", "--run-dir", str(tmp_path / "run"), "--resume", "latest", "logging.progress=false"]) == 2
     err = capsys.readouterr().err
     assert "nothing to resume" in err and "--resume none" in err
-    assert not (tmp_path / "run" / "base_model").exists() and not (tmp_path / "run" / "sft").exists()
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_fresh_start_leaves_the_earlier_runs_files_alone(tmp_path, capsys):
+    from reliability_helpers import write_fake_checkpoint
+
+    run = tmp_path / "run"
+    manager = CheckpointManager(run / "checkpoints", log=lambda m: None)
+    manager.start_run("none")
+    manager.save(1, write_fake_checkpoint)
+    (run / "config.json").write_text('{"earlier": "run"}')
+    assert main(["train", "--run-dir", str(run), "--resume", "none", "logging.progress=false"]) == 2
+    assert "earlier run" in capsys.readouterr().err
+    assert (run / "config.json").read_text() == '{"earlier": "run"}' and not (run / "metrics.jsonl").exists()
 
 
 class _Stream:
