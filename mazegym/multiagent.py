@@ -17,6 +17,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from mazegym.maze import DEFAULT_GENERATOR, MazeSpec, check_size, sample_maze
+from mazegym.spaces import MapText
 from mazegym.render import OTHER_AGENT_RGB, TEXT_CHARSET, ascii_bytes, draw_agent, render_background, text_length
 from mazegym.solver import MOVES, bfs_distances
 
@@ -56,7 +57,7 @@ class VisMazeRace(ParallelEnv):
             parts["image"] = spaces.Box(0, 255, (px, px, 3), dtype=np.uint8)
         if obs_mode in ("both", "text"):
             n = text_length(self.size)
-            parts["text"] = spaces.Text(max_length=n, min_length=n, charset=TEXT_CHARSET)
+            parts["text"] = MapText(max_length=n, min_length=n, charset=TEXT_CHARSET)
         self._obs_spaces = {a: spaces.Dict(dict(parts)) for a in self.possible_agents}
         self._act_spaces = {a: spaces.Discrete(4) for a in self.possible_agents}
         self._rng = np.random.default_rng()

@@ -7,9 +7,9 @@ runners do not rely on autoreset at all: LLM runners drive one single env per ep
 call ``reset(options={"maze": spec})`` explicitly (one maze per GRPO group); vectorised
 network-policy runners must skip the transition that follows a ``terminated | truncated``.
 
-Known limitation (gymnasium 1.4.0): ``AsyncVectorEnv`` with shared memory returns blank
-``Text`` observations, so with ``obs_mode`` "text"/"both" pass
-``vector_kwargs={"shared_memory": False}``; image-only observations work either way.
+``AsyncVectorEnv`` with its default shared memory returns correct text maps: the env's text
+space is :class:`mazegym.spaces.MapText`, whose shared-memory reader fixes gymnasium 1.4.0's
+blank ``Text`` observations.
 """
 
 from __future__ import annotations

@@ -4,18 +4,23 @@ Layout of ``<run_dir>/checkpoints``::
 
     step_000010/
         adapter/adapter_model.safetensors, adapter_config.json   trainable weights (PEFT format)
-        trainer_state.pt     optimizer, scheduler, algorithm RNG (algorithm.state_dict())
-        rng_state.pt         python, numpy and torch RNG states
+        trainer_state.pt     optimizer, scheduler, algorithm RNG (tensors only: loaded with weights_only=True)
+        rng_state.json       python, numpy and torch RNG states
         state.json           step counter, maze stream position, metrics so far, config
-        manifest.json        sha256 and size of every file above (written last inside the dir)
+        manifest.json        run id, sha256 and size of every file above (written last inside the dir)
     step_000020/...
-    latest                   "step_000020": the commit marker, replaced atomically, written last
+    latest                   "step_000020" and the run id: the commit marker, replaced atomically, written last
 
 A checkpoint is first written to a hidden temporary directory, fsynced, and renamed into place
 (atomic on POSIX); only then is ``latest`` replaced. A crash at any moment leaves either the old
-or the new checkpoint, never a torn one. On load every file is checked against the manifest;
-a checkpoint that fails (missing, truncated or edited file, no manifest) is skipped with a
-message naming it, and the next newest valid one is used.
+or the new checkpoint, never a torn one. On load every file is checked against the manifest,
+and the manifest must list every file of :data:`REQUIRED_FILES`; a checkpoint that fails
+(missing, truncated or edited file, malformed or incomplete manifest) is skipped with a
+"broken, skipped" message naming it, and the next newest valid one of the same run is used.
+
+Every checkpoint belongs to one run (a random run id in its manifest and in ``latest``).
+Selection follows ``latest``; pruning deletes only the current run's checkpoints; a fresh
+start in a directory that holds another run's checkpoints is refused (:meth:`CheckpointManager.start_run`).
 """
 
 from __future__ import annotations
@@ -26,17 +31,29 @@ import os
 import re
 import shutil
 import tempfile
-from pathlib import Path
-from typing import Callable
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+from runners.atomic import fsync_path, replace_dir
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
+REQUIRED_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "trainer_state.pt",
+                  "rng_state.json", "state.json")
+"""Files every RL checkpoint holds; a manifest that does not list all of them is broken."""
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def step_dir_name(step: int) -> str:
     """``step_000042`` for step 42."""
     return f"step_{int(step):06d}"
+
+
+def new_run_id() -> str:
+    """A fresh random run id."""
+    return uuid.uuid4().hex
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -48,28 +65,14 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def fsync_path(path: Path) -> None:
-    """Flush a file or directory to disk (best effort: some filesystems refuse directory fsync)."""
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_manifest(directory: Path, step: int) -> dict:
+def write_manifest(directory: Path, step: int, run_id: str | None = None) -> dict:
     """Hash every file under ``directory`` into ``manifest.json`` (and fsync everything)."""
     files = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
         rel = path.relative_to(directory).as_posix()
         files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         fsync_path(path)
-    manifest = {"step": int(step), "files": files}
+    manifest = {"step": int(step), "run_id": run_id, "files": files}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))
     fsync_path(directory / MANIFEST)
     for sub in [directory, *(p for p in directory.rglob("*") if p.is_dir())]:
@@ -77,52 +80,122 @@ def write_manifest(directory: Path, step: int) -> dict:
     return manifest
 
 
-def verify(directory: str | Path) -> str | None:
-    """``None`` when the checkpoint at ``directory`` is complete and intact, else what is wrong."""
+def _key_problem(directory: Path, rel: Any) -> str | None:
+    """Why a manifest key may not be opened (absolute, ``..``, escaping via a link), or None."""
+    if not isinstance(rel, str) or not rel:
+        return f"manifest key {rel!r} is not a file name"
+    parts = PurePosixPath(rel).parts
+    if rel.startswith(("/", "\\")) or PurePosixPath(rel).is_absolute() or ".." in parts or "\\" in rel or "\x00" in rel:
+        return f"manifest key {rel!r} points outside the checkpoint"
+    root = directory.resolve()
+    if not (directory / rel).resolve().is_relative_to(root):
+        return f"manifest key {rel!r} points outside the checkpoint (through a link)"
+    return None
+
+
+def _entry_problem(rel: str, meta: Any) -> str | None:
+    """Why a manifest entry is malformed, or None."""
+    if not isinstance(meta, dict):
+        return f"manifest entry for {rel} is {type(meta).__name__}, not an object with sha256 and bytes"
+    size, digest = meta.get("bytes"), meta.get("sha256")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        return f"manifest entry for {rel} has no valid 'bytes' (got {size!r})"
+    if not isinstance(digest, str) or not _SHA256.match(digest):
+        return f"manifest entry for {rel} has no valid 'sha256'"
+    return None
+
+
+def read_manifest(directory: str | Path) -> tuple[dict | None, str | None]:
+    """``(manifest, None)`` when ``directory``'s manifest is well formed, else ``(None, reason)``.
+
+    Only the structure is checked here (object with a ``files`` object of
+    ``{"sha256": hex, "bytes": int}`` entries, safe relative keys, a string run id);
+    :func:`verify` also checks the files themselves.
+    """
     directory = Path(directory)
-    manifest_path = directory / MANIFEST
-    if not manifest_path.is_file():
-        return "no manifest.json (the checkpoint was never finished)"
+    path = directory / MANIFEST
+    if not path.is_file():
+        return None, "no manifest.json (the checkpoint was never finished)"
     try:
-        manifest = json.loads(manifest_path.read_text())
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "manifest.json is unreadable"
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"manifest.json is unreadable ({type(exc).__name__})"
+    if not isinstance(manifest, dict):
+        return None, f"manifest.json is a {type(manifest).__name__}, not an object"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return None, "manifest.json has no 'files' object"
+    run_id = manifest.get("run_id")
+    if run_id is not None and not isinstance(run_id, str):
+        return None, f"manifest.json has a malformed run_id {run_id!r}"
+    for rel, meta in files.items():
+        problem = _key_problem(directory, rel) or _entry_problem(rel, meta)
+        if problem:
+            return None, problem
+    return manifest, None
+
+
+def verify(directory: str | Path, required: tuple[str, ...] = REQUIRED_FILES) -> str | None:
+    """``None`` when the checkpoint at ``directory`` is complete and intact, else what is wrong.
+
+    Complete means the manifest lists every file of ``required``; intact means every listed
+    file exists inside the checkpoint with the listed size and sha256.
+    """
+    directory = Path(directory)
+    manifest, problem = read_manifest(directory)
+    if manifest is None:
+        return problem
+    files = manifest["files"]
+    for rel in required:
+        if rel not in files:
+            return f"the manifest does not list {rel}, which every checkpoint needs"
     for rel, meta in files.items():
         path = directory / rel
-        if not path.is_file():
+        if path.is_symlink() or not path.is_file():
             return f"{rel} is missing"
-        if path.stat().st_size != meta["bytes"]:
-            return f"{rel} has {path.stat().st_size} bytes, the manifest says {meta['bytes']} (truncated?)"
+        size = path.stat().st_size
+        if size != meta["bytes"]:
+            return f"{rel} has {size} bytes, the manifest says {meta['bytes']} (truncated?)"
         if sha256_file(path) != meta["sha256"]:
             return f"{rel} does not match its sha256 in the manifest (corrupted)"
     return None
 
 
+def run_id_of(directory: str | Path) -> str | None:
+    """The run id recorded in a checkpoint's manifest (None when absent or unreadable)."""
+    manifest, _ = read_manifest(directory)
+    return manifest.get("run_id") if manifest else None
+
+
 class CheckpointManager:
     """Writes, lists, verifies and prunes the checkpoints of one run directory."""
 
-    def __init__(self, root: str | Path, keep: int = 3, log: Callable[[str], None] = print):
+    def __init__(self, root: str | Path, keep: int = 3, log: Callable[[str], None] = print,
+                 required: tuple[str, ...] = REQUIRED_FILES, run_id: str | None = None):
         self.root = Path(root)
         self.keep = max(int(keep), 1)
         self.log = log
+        self.required = tuple(required)
+        self.run_id = run_id
+        """The run whose checkpoints this manager writes and prunes (set by :meth:`start_run` or the first save)."""
 
     # ------------------------------------------------------------------ writing
     def save(self, step: int, write: Callable[[Path], None]) -> Path:
         """Write checkpoint ``step``: ``write(tmp_dir)`` fills a temp dir, which is then committed.
 
-        Returns the final directory. Re-saving an existing step replaces it.
+        Returns the final directory. Re-saving an existing step of this run replaces it
+        atomically; a directory of that name from another run is never overwritten.
         """
+        self.run_id = self.run_id or new_run_id()
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / step_dir_name(step)
+        if final.exists() and run_id_of(final) not in (None, self.run_id):
+            raise FileExistsError(f"{final} belongs to another run ({run_id_of(final)}); not overwriting it")
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=self.root))
         try:
             write(tmp)
-            write_manifest(tmp, step)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            fsync_path(self.root)
+            write_manifest(tmp, step, self.run_id)
+            replace_dir(tmp, final)
             self._write_latest(final.name)
         finally:
             if tmp.exists():
@@ -133,22 +206,27 @@ class CheckpointManager:
     def _write_latest(self, name: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".latest.", dir=self.root)
         with os.fdopen(fd, "w") as fh:
-            fh.write(name + "\n")
+            fh.write(f"{name}\n{self.run_id or ''}\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.root / LATEST)
         fsync_path(self.root)
 
     def prune(self) -> None:
-        """Delete all but the newest ``keep`` checkpoints (and stale temp dirs)."""
+        """Delete this run's checkpoints but the newest ``keep`` (and stale temp dirs); other runs' stay."""
         for stale in self.root.glob(".step_*"):
             shutil.rmtree(stale, ignore_errors=True)
-        for step, path in self.list()[: -self.keep]:
-            shutil.rmtree(path, ignore_errors=True)
+        if self.run_id is None:
+            return
+        marked, _ = self.marker()
+        own = [path for _, path in self.list() if run_id_of(path) == self.run_id]
+        for path in own[: -self.keep]:
+            if path.name != marked:
+                shutil.rmtree(path, ignore_errors=True)
 
     # ------------------------------------------------------------------ reading
     def list(self) -> list[tuple[int, Path]]:
-        """(step, dir) of every committed checkpoint directory, oldest first (not verified)."""
+        """(step, dir) of every committed checkpoint directory, oldest first (not verified, any run)."""
         if not self.root.is_dir():
             return []
         found = []
@@ -158,30 +236,50 @@ class CheckpointManager:
                 found.append((int(match.group(1)), path))
         return sorted(found)
 
-    def latest_valid(self) -> Path | None:
-        """The newest checkpoint that verifies; broken ones are skipped with a message naming them.
+    def marker(self) -> tuple[str | None, str | None]:
+        """``(checkpoint name, run id)`` from the ``latest`` marker (None where absent)."""
+        try:
+            lines = (self.root / LATEST).read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None, None
+        name = lines[0].strip() if lines else ""
+        run = lines[1].strip() if len(lines) > 1 else ""
+        return (name if _STEP_DIR.match(name) else None), (run or None)
 
-        The ``latest`` marker is tried first; checkpoints newer than it (a crash after the
-        rename, before the marker) are still considered, newest first, once verified.
+    def latest_valid(self) -> Path | None:
+        """The checkpoint ``latest`` names, when it verifies; else the newest valid one of the same run.
+
+        Checkpoints of the marker's run newer than it (a crash after the rename, before the
+        marker) come first, once verified. Broken ones, and other runs' ones, are skipped
+        with a message naming them. Without a marker (a crash before the first one was
+        written, or an old run dir) the newest valid checkpoint is used, and said so.
         """
-        candidates = [path for _, path in reversed(self.list())]
-        marker = self.root / LATEST
-        if marker.is_file():
-            named = self.root / marker.read_text().strip()
-            if named in candidates:
-                candidates.remove(named)
-                newer = [p for p in candidates if p.name > named.name]
-                older = [p for p in candidates if p.name < named.name]
-                candidates = newer + [named] + older
+        named, run = self.marker()
+        everything = [path for _, path in reversed(self.list())]
+        if named is None:
+            candidates = everything
+            if candidates:
+                self.log(f"[checkpoint] {self.root} has no latest marker; using the newest valid checkpoint")
+        else:
+            run = run or run_id_of(self.root / named)
+            newer = [p for p in everything if p.name > named]
+            older = [p for p in everything if p.name < named]
+            candidates = newer + [self.root / named] + older
         for path in candidates:
-            problem = verify(path)
-            if problem is None:
+            if not path.is_dir():
+                self.log(f"[checkpoint] {path}: missing, skipped (named by {self.root / LATEST})")
+                continue
+            problem = verify(path, self.required)
+            if problem is not None:
+                self.log(f"[checkpoint] {path}: broken, skipped: {problem}")
+            elif run is not None and run_id_of(path) != run:
+                self.log(f"[checkpoint] {path}: from another run, skipped")
+            else:
                 return path
-            self.log(f"[checkpoint] skipping broken checkpoint {path}: {problem}")
         return None
 
     def resolve(self, resume: str) -> Path | None:
-        """Which checkpoint to resume from: ``auto``/``latest`` (newest valid, or None), ``none``, or a path.
+        """Which checkpoint to resume from: ``auto``/``latest`` (see :meth:`latest_valid`), ``none``, or a path.
 
         An explicit path that fails verification raises ``ValueError`` with the reason.
         """
@@ -190,9 +288,32 @@ class CheckpointManager:
         if resume in ("auto", "latest"):
             return self.latest_valid()
         path = Path(resume)
-        if path.is_dir() and (path / LATEST).is_file() and verify(path) is not None:
-            return CheckpointManager(path, self.keep, self.log).latest_valid()
-        problem = verify(path)
+        if path.is_dir() and (path / LATEST).is_file() and verify(path, self.required) is not None:
+            return CheckpointManager(path, self.keep, self.log, self.required).latest_valid()
+        problem = verify(path, self.required)
         if problem is not None:
             raise ValueError(f"cannot resume from {path}: {problem}")
         return path
+
+    def start_run(self, resume: str) -> Path | None:
+        """Resolve ``resume`` for a training run and take on its run id; returns the checkpoint or None.
+
+        Resuming continues the checkpoint's run. ``latest`` with nothing valid to resume raises
+        ``ValueError``. A fresh start (``none``, or ``auto`` with nothing valid) gets a new run id
+        and is refused while the directory holds checkpoints of an earlier run: they would
+        otherwise be mixed with this run's.
+        """
+        path = self.resolve(resume)
+        if path is not None:
+            self.run_id = run_id_of(path) or new_run_id()
+            return path
+        if resume == "latest":
+            raise ValueError(f"--resume latest: nothing to resume, {self.root} holds no valid checkpoint "
+                             f"(use --resume none to start fresh in another run dir)")
+        existing = [path.name for _, path in self.list()]
+        if existing:
+            raise ValueError(f"{self.root} already holds checkpoints of an earlier run ({', '.join(existing)}); "
+                             f"a fresh start here would mix runs. Resume it (--resume latest), or start the new run "
+                             f"in another --run-dir, or move those checkpoints aside")
+        self.run_id = new_run_id()
+        return None

@@ -146,40 +146,76 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def eval_config(args: argparse.Namespace):
+    """The config of the run being evaluated: ``<run_dir>/config.json`` (then --config files and overrides).
+
+    Without --model, the run dir must hold a run (its config.json); otherwise nothing would be
+    evaluated but a freshly built random model. ``--preset`` replaces the run's config.
+    """
+    from runners.config import apply_overrides, from_dict, load_config_file, validate
+
+    if args.preset is None:
+        config = build_config(args)  # only for the default run dir
+        run_dir = Path(args.run_dir or config.run_dir)
+        saved = run_dir / "config.json"
+        if saved.is_file():
+            config = from_dict(json.loads(saved.read_text()))
+            for path in args.config:
+                load_config_file(config, path)
+            config.run_dir = str(run_dir)
+            apply_overrides(config, list(args.overrides))
+            return config
+    else:
+        config = build_config(args)
+    if not args.model:
+        validate(config, need_model=False)  # a wrong key or value is the first thing to report
+        raise ValueError(f"{config.run_dir} holds no mazegym run (no config.json); train there first, or pass "
+                         f"--model DIR (and --adapter DIR) to evaluate a model outside a run")
+    return config
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Evaluate a checkpoint, an adapter or a model on the fixed set (and held-out sets)."""
+    """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
     from runners.checkpoint import CheckpointManager
     from runners.config import validate
     from runners.evaluate import format_table, write_json
     from runners.local import build_generator, eval_step, find_sft_checkpoint, prepare_base_model, set_threads
 
-    config = build_config(args)
+    config = eval_config(args)
     validate(config)
     set_threads(config)
     if args.temperature is not None:
         config.eval.temperature = args.temperature
     run_dir = Path(config.run_dir)
     adapter = Path(args.adapter) if args.adapter else None
-    if args.checkpoint:
-        ckpt = CheckpointManager(run_dir / "checkpoints").resolve(args.checkpoint)
-        if ckpt is None:
-            raise SystemExit(f"no valid checkpoint in {run_dir / 'checkpoints'}; train first or pass --adapter/--model")
-        adapter = ckpt / "adapter"
+    what = f"adapter {adapter}" if adapter else None
+    manager = CheckpointManager(run_dir / "checkpoints")
+    if args.checkpoint or (adapter is None and not args.model):
+        ckpt = manager.resolve(args.checkpoint or "latest")
+        if ckpt is not None:
+            adapter, what = ckpt / "adapter", f"checkpoint {ckpt}"
+        elif args.checkpoint:
+            raise ValueError(f"no valid checkpoint in {manager.root}; train first or pass --adapter/--model")
+        elif (run_dir / "final_adapter" / "adapter_model.safetensors").is_file():
+            adapter, what = run_dir / "final_adapter", f"final adapter {run_dir / 'final_adapter'} (no valid checkpoint)"
     model_dir = Path(args.model) if args.model else None
     if model_dir is None:
         sft = find_sft_checkpoint(config) if config.sft.enabled != "never" else None
         model_dir = sft if sft is not None and (sft / "config.json").is_file() else prepare_base_model(config)
         if adapter is None and sft is not None and not (sft / "config.json").is_file():
             adapter = sft
+        if what is None:
+            what = f"SFT result {sft} (the run has no RL checkpoint)" if sft is not None else f"base model {model_dir} (no RL checkpoint, no SFT)"
     if not (model_dir / "config.json").is_file():
-        raise SystemExit(f"--model {model_dir} is not a model directory (no config.json)")
+        raise ValueError(f"--model {model_dir} is not a model directory (no config.json)")
     generator = build_generator(config, model_dir, adapter)
     sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
     results = {name: eval_step(generator, config, name) for name in sets}
-    label = f"{'adapter ' + str(adapter) if adapter else 'model ' + str(model_dir)}"
+    label = what or f"model {model_dir}"
     out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
-    write_json(out, {"model": str(model_dir), "adapter": str(adapter) if adapter else None, "results": results})
-    print(f"Evaluated {label}")
+    write_json(out, {"evaluated": label, "model": str(model_dir), "adapter": str(adapter) if adapter else None,
+                     "results": results})
+    print(f"Evaluated {label} on model {model_dir}")
     print(format_table(results))
     print(f"JSON: {out}")
     return 0
@@ -266,7 +302,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from runners.export import export
 
     config = build_config(args)
-    out = export(config, checkpoint=args.checkpoint, out_dir=args.out, merged=args.merged)
+    out = export(config, checkpoint=args.checkpoint, out_dir=args.out, merged=args.merged, force=args.force)
     print(f"Exported to {out}\n" + (out / "SERVING.md").read_text())
     return 0
 
@@ -376,9 +412,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = config_command("eval", cmd_eval, help="evaluate a checkpoint / adapter / model on the fixed and held-out sets",
                        description="Greedy evaluation (solve rate from task reward only, SPL, invalid-action rate, mean moves, "
                                    "per size) of a checkpoint, an adapter or a model. Writes JSON and prints a table.")
-    p.add_argument("--checkpoint", default=None, help="latest | PATH: evaluate the adapter of this RL checkpoint")
+    p.add_argument("--checkpoint", default=None, help="latest | PATH: evaluate the adapter of this RL checkpoint "
+                                                           "(default: the run's latest checkpoint, unless --adapter/--model)")
     p.add_argument("--adapter", default=None, help="PEFT adapter directory to evaluate on top of the model")
-    p.add_argument("--model", default=None, help="model directory (default: the run's SFT model, else the base model)")
+    p.add_argument("--model", default=None, help="model directory (default: the model the run's RL started from)")
     p.add_argument("--sets", default=None, help="comma-separated eval sets (default: maze.eval_set + maze.heldout_sets)")
     p.add_argument("--temperature", type=float, default=None, help="decoding temperature (default 0 = greedy)")
     p.add_argument("--json", default=None, help="where to write the JSON results (default <run_dir>/eval/eval.json)")
@@ -399,6 +436,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default="latest", help="latest | PATH (default: the newest valid checkpoint)")
     p.add_argument("--out", default=None, help="output directory (default <run_dir>/export)")
     p.add_argument("--merged", action="store_true", help="also write the model with the adapter merged in")
+    p.add_argument("--force", action="store_true", help="replace --out even when it is a non-empty directory that holds no earlier export")
 
     from runners.submit import add_submit_command
 
@@ -426,9 +464,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mazegym {args.command}: config error: {exc}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"mazegym {args.command}: error: {msg}", file=sys.stderr)
+    except KeyError as exc:
+        key = exc.args[0] if exc.args else "?"
+        print(f"mazegym {args.command}: error (KeyError): missing key {key!r} in data this command read; the file is "
+              f"probably from another mazegym version or damaged: rerun the step that wrote it", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
 
 

@@ -540,6 +540,14 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         RolloutConfig(**dataclasses.asdict(config.rollout))
     except ValueError as exc:
         raise ConfigError(f"rollout: {exc}") from None
+    from mazegym.envs.vismaze import VisMazeEnv
+
+    try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run
+        VisMazeEnv(size=config.maze.size, max_moves=config.rollout.max_moves, obs_mode=config.rollout.obs_mode,
+                   require_stop=config.rollout.require_stop, **config.rollout.env_kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"rollout.env_kwargs={config.rollout.env_kwargs!r} (or the maze/rollout settings the env "
+                          f"is built with): {exc}") from None
     if config.rollout.obs_mode in ("image", "both") and not config.model.path and config.model.tiny == "text":
         raise ConfigError("rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or rollout.obs_mode=text")
     if not config.model.path and config.model.tiny == "maze-vlm" and config.rollout.obs_mode != "image":

@@ -13,7 +13,6 @@ readable table (:func:`format_table`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -120,8 +119,7 @@ def case_study_table(before: dict[str, Any] | None, after: dict[str, Any], set_n
 
 
 def write_json(path: str | Path, data: Any) -> Path:
-    """Write ``data`` as indented JSON (creating parent directories)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str))
-    return path
+    """Write ``data`` as indented JSON, atomically (creating parent directories)."""
+    from runners import atomic
+
+    return atomic.write_json(path, data)

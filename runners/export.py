@@ -15,6 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
+from runners import atomic
 from runners.checkpoint import CheckpointManager
 from runners.config import TrainConfig
 
@@ -29,8 +30,14 @@ def _rl_start_model(config: TrainConfig) -> Path:
     return base_model_dir(config)
 
 
-def export(config: TrainConfig, checkpoint: str = "latest", out_dir: str | None = None, merged: bool = False) -> Path:
-    """Write adapter (+ base model when local-only, + merged model) and SERVING.md; returns the output dir."""
+def export(config: TrainConfig, checkpoint: str = "latest", out_dir: str | None = None, merged: bool = False,
+           force: bool = False) -> Path:
+    """Write adapter (+ base model when local-only, + merged model) and SERVING.md; returns the output dir.
+
+    The export is built in a hidden directory beside ``out_dir`` and swapped into place, so a
+    crash leaves the previous export intact. A non-empty ``out_dir`` that is not an earlier
+    export is refused (``FileExistsError``) unless ``force``: its files would be deleted.
+    """
     run_dir = Path(config.run_dir)
     ckpt = CheckpointManager(run_dir / "checkpoints").resolve(checkpoint)
     adapter_src = ckpt / "adapter" if ckpt is not None else run_dir / "final_adapter"
@@ -39,19 +46,40 @@ def export(config: TrainConfig, checkpoint: str = "latest", out_dir: str | None 
     model = _rl_start_model(config)
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")
-    out = Path(out_dir) if out_dir else run_dir / "export"
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    final = Path(out_dir) if out_dir else run_dir / "export"
+    if final.exists() and not force and not _is_export(final):
+        raise FileExistsError(f"--out {final} is not empty and holds no earlier export; exporting would delete its "
+                              f"files. Choose an empty directory, or pass --force to replace it")
+    out = atomic.temp_dir_beside(final)
+    try:
+        _write_export(config, ckpt, adapter_src, model, out, final, merged)
+        atomic.replace_dir(out, final)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return final
+
+
+def _is_export(directory: Path) -> bool:
+    """True for an empty directory or one this command wrote (it has export.json)."""
+    return directory.is_dir() and (not any(directory.iterdir()) or (directory / "export.json").is_file())
+
+
+def _write_export(config: TrainConfig, ckpt: Path | None, adapter_src: Path, model: Path, out: Path, final: Path,
+                  merged: bool) -> None:
+    """Fill the staging dir ``out`` with the adapter, base model (when local-only), merged model and
+    SERVING.md; every path written into the files names its place under ``final``, where ``out`` goes."""
+    final = final.resolve()
     adapter = out / "adapter"
     shutil.copytree(adapter_src, adapter)
-    base = model
+    base, base_public = model, model.resolve()
     if not config.model.path:  # tiny / SFT weights exist only in the run dir: ship them
         base = out / "base_model"
+        base_public = final / "base_model"
         shutil.copytree(model, base, ignore=shutil.ignore_patterns("DONE", "mazegym_base.json"))
+    adapter_public = final / "adapter"
     cfg_path = adapter / "adapter_config.json"
     adapter_cfg = json.loads(cfg_path.read_text())
-    adapter_cfg["base_model_name_or_path"] = str(base.resolve())
+    adapter_cfg["base_model_name_or_path"] = str(base_public)
     cfg_path.write_text(json.dumps(adapter_cfg, indent=2))
     if merged:
         _merge(base, adapter, out / "merged")
@@ -61,24 +89,23 @@ def export(config: TrainConfig, checkpoint: str = "latest", out_dir: str | None 
         "",
         "vLLM (OpenAI-compatible server, adapter hot-loaded):",
         "",
-        f"    vllm serve {base.resolve()} --enable-lora --max-lora-rank {rank} \\",
-        f"        --lora-modules mazegym={adapter.resolve()}",
+        f"    vllm serve {base_public} --enable-lora --max-lora-rank {rank} \\",
+        f"        --lora-modules mazegym={adapter_public}",
         "",
         "then send chat requests with model=\"mazegym\" in the format of mazegym.llm (system_prompt + user_message).",
         "",
         "transformers + PEFT:",
         "",
         "    from peft import AutoPeftModelForCausalLM",
-        f"    model = AutoPeftModelForCausalLM.from_pretrained('{adapter.resolve()}')",
+        f"    model = AutoPeftModelForCausalLM.from_pretrained('{adapter_public}')",
         "",
     ]
     if merged:
-        serving += ["Merged model (no PEFT needed):", "", f"    vllm serve {(out / 'merged').resolve()}", ""]
+        serving += ["Merged model (no PEFT needed):", "", f"    vllm serve {final / 'merged'}", ""]
     (out / "SERVING.md").write_text("\n".join(serving))
-    meta = {"checkpoint": str(ckpt) if ckpt else None, "adapter": str(adapter), "base_model": str(base), "merged": merged,
-            "preset": config.preset}
+    meta = {"checkpoint": str(ckpt) if ckpt else None, "adapter": str(adapter_public), "base_model": str(base_public),
+            "merged": merged, "preset": config.preset}
     (out / "export.json").write_text(json.dumps(meta, indent=2))
-    return out
 
 
 def _merge(base: Path, adapter: Path, target: Path) -> None:

@@ -38,6 +38,7 @@ import torch
 import algos
 from algos.data import Episode
 from mazegym.evalsets import MazeStream
+from runners import atomic
 from runners import config as cfgmod
 from runners.checkpoint import CheckpointManager
 from runners.config import TrainConfig
@@ -88,7 +89,7 @@ def prepare_base_model(config: TrainConfig) -> Path:
     if m.task_tokens:
         sftmod.add_task_tokens(out, sftmod.task_phrases(config.maze.size, config.rollout.max_moves, config.rollout.obs_mode,
                                                        config.rollout.require_stop))
-    marker.write_text(json.dumps(recipe, indent=2))
+    atomic.write_json(marker, recipe)
     return out
 
 
@@ -205,6 +206,8 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
+        metrics.discard(lambda record: record.get("phase") == "sft")
     sftmod.seed_everything(config.sft.seed)
     tokenizer = load_tokenizer(base)
     image_processor = load_image_processor(base)
@@ -243,9 +246,11 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
         if metrics is not None:
             metrics.log(step, m, phase="sft")
 
-    final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
-                             pad_id=tokenizer.pad_token_id, image_processor=image_processor, log=on_step)
-    progress.close()
+    try:
+        final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
+                                 pad_id=tokenizer.pad_token_id, image_processor=image_processor, log=on_step)
+    finally:
+        progress.close()
     if config.sft.mode == "full":
         target = out / "model"
         model.save_pretrained(str(target), safe_serialization=True)
@@ -259,7 +264,7 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     info = {"steps": config.sft.steps, "batch_size": config.sft.batch_size, "demo_moves": config.sft.steps * config.sft.batch_size,
             "mazes_seen": mazes.index, "seconds": time.perf_counter() - t0, "final": final, "mode": config.sft.mode}
     write_json(out / "sft_info.json", info)
-    (out / "DONE").write_text("ok\n")
+    atomic.write_text(out / "DONE", "ok\n")
     log(f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
         f"in {info['seconds']:.0f}s -> {target}")
     return target
@@ -410,15 +415,21 @@ def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) 
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, numpy and torch RNG states."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, numpy and torch RNG states as plain JSON data (no pickles: loading runs no code)."""
+    version, words, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": {"version": version, "state": list(words), "gauss": gauss},
+            "numpy": {"kind": kind, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
+            "torch": torch.get_rng_state().tolist()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore :func:`rng_state`."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((int(py["version"]), tuple(int(w) for w in py["state"]), py["gauss"]))
+    np.random.set_state((str(npy["kind"]), np.asarray(npy["keys"], dtype=np.uint32), int(npy["pos"]),
+                         int(npy["has_gauss"]), float(npy["cached"])))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
 def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorithm: Any, stream_state: dict[str, Any],
@@ -428,7 +439,7 @@ def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorith
     def write(tmp: Path) -> None:
         policy.save_adapter(tmp / "adapter")
         torch.save(algorithm.state_dict(), tmp / "trainer_state.pt")
-        torch.save(rng_state(), tmp / "rng_state.pt")
+        (tmp / "rng_state.json").write_text(json.dumps(rng_state()))
         state = {"step": step, "stream": stream_state, "config": cfgmod.to_dict(config), **extra}
         (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
 
@@ -436,10 +447,14 @@ def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorith
 
 
 def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream) -> dict[str, Any]:
-    """Restore what :func:`save_checkpoint` wrote into live objects; returns the state.json content."""
+    """Restore what :func:`save_checkpoint` wrote into live objects; returns the state.json content.
+
+    Nothing is unpickled: the trainer state loads with ``weights_only=True`` (tensors and
+    plain containers only) and the RNG states are JSON.
+    """
     policy.load_adapter(path / "adapter")
-    algorithm.load_state_dict(torch.load(path / "trainer_state.pt", weights_only=False))
-    set_rng_state(torch.load(path / "rng_state.pt", weights_only=False))
+    algorithm.load_state_dict(torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu"))
+    set_rng_state(json.loads((path / "rng_state.json").read_text()))
     state = json.loads((path / "state.json").read_text())
     stream.load_state_dict(state["stream"])
     return state
@@ -457,22 +472,22 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
     cfgmod.validate(config)
     set_threads(config)
     run_dir = Path(config.run_dir)
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfgmod.to_dict(config), indent=2))
+    atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     try:
-        return _train(config, run_dir, metrics, log, stop_after, t_start)
+        return _train(config, run_dir, metrics, log, stop_after, t_start, manager, resume_from)
     finally:
         metrics.close()
 
 
 def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Callable[[str], None],
-           stop_after: int | None, t_start: float) -> RunResult:
+           stop_after: int | None, t_start: float, manager: CheckpointManager, resume_from: Path | None) -> RunResult:
     from runners.sync import AdapterSync
 
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
-    resume_from = manager.resolve(config.checkpoint.resume)
     model_dir, start_adapter = rl_start(config, log=log, metrics=metrics)
     generator, policy, algorithm, probe = build_training(config, model_dir, start_adapter)
     stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
@@ -485,6 +500,9 @@ def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Call
         state = LoopState(step=int(saved["step"]), before=saved.get("before"), history=saved.get("eval_history", []))
         generator.load_adapter(str(resume_from / "adapter"), state.step)
         log(f"[resume] from {resume_from} at RL step {state.step}")
+    else:
+        log(f"[resume] nothing resumed (checkpoint.resume={config.checkpoint.resume}): RL starts at step 0, "
+            f"checkpoints go to {manager.root}")
     backend = LocalBackend(config, model_dir, generator, policy, algorithm, probe, AdapterSync(sync_dir, keep=2), manager)
     return run_rl_loop(config, backend, stream, state, run_dir, manager, metrics, log, stop_after, t_start)
 

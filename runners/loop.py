@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from algos.data import Episode
+from runners import atomic
 from runners.evaluate import case_study_table, format_table, write_json
 from runners.metrics import PhaseTimer, Progress
 from runners.rollout import rollout_metrics
@@ -101,6 +102,25 @@ def eval_fields(summary: dict[str, Any]) -> dict[str, float]:
             "eval/invalid_action_rate": summary["invalid_action_rate"]}
 
 
+def discard_replayed_records(metrics: Any, state: LoopState, log: Callable[[str], None] = print) -> int:
+    """Drop metric records this run is about to write again, so every step has one record.
+
+    After resuming at step k, records of steps past k (from the attempt that was interrupted)
+    are dropped; on a fresh start every RL record and the before-RL evaluation are.
+    """
+    fresh = state.step == 0 and state.before is None
+
+    def replayed(record: dict) -> bool:
+        phase, step = record.get("phase"), record.get("step", 0)
+        return (phase == "rl" and step > state.step) or (fresh and phase == "eval")
+
+    dropped = metrics.discard(replayed) if hasattr(metrics, "discard") else 0
+    if dropped:
+        log(f"[metrics] dropped {dropped} record(s) past RL step {state.step} from {metrics.jsonl_path} "
+            f"(written by an interrupted attempt; they are about to be redone)")
+    return dropped
+
+
 def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState, run_dir: Path, manager: Any,
                 metrics: Any, log: Callable[[str], None], stop_after: int | None, t_start: float) -> RunResult:
     """Run RL steps ``state.step + 1 .. config.loop.steps`` on ``backend``; returns the run's result.
@@ -108,7 +128,9 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
     ``stream`` yields the training mazes (already restored to ``state``); ``state`` is updated
     after every step. ``stop_after`` ends this invocation after that many steps *as if
     interrupted* (no final checkpoint or eval), which is how tests check resume equivalence.
+    Records an interrupted attempt wrote past ``state.step`` are dropped first.
     """
+    discard_replayed_records(metrics, state, log)
     if state.step == 0 and state.before is None and config.eval.before_rl:
         timer = PhaseTimer()
         with timer.phase("eval"):
@@ -119,6 +141,20 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
         log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
 
     progress = Progress(config.loop.steps, initial=state.step, desc=backend.description, enabled=config.logging.progress)
+    try:  # the bar is closed however the loop ends (finished, interrupted, or failed)
+        stopped, after, final_step = _run_steps(config, backend, stream, state, metrics, progress, stop_after)
+    finally:
+        progress.close()
+    if stopped:
+        return RunResult(run_dir, state.before, None, state.step, time.perf_counter() - t_start)
+    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
+        after = backend.evaluate(config.maze.eval_set)
+    return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
+
+
+def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState, metrics: Any, progress: Any,
+               stop_after: int | None) -> tuple[bool, dict[str, Any] | None, int]:
+    """The step loop of :func:`run_rl_loop`; returns (stopped early, final eval summary, final step)."""
     last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
     deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
     ran, after, final_step = 0, None, config.loop.steps
@@ -157,21 +193,20 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
             final_step = step
             break
         if stop_after is not None and ran >= stop_after:
-            progress.close()
-            return RunResult(run_dir, state.before, None, step, time.perf_counter() - t_start)
-    progress.close()
-    if after is None:  # resumed a finished run: evaluate what the checkpoint holds
-        after = backend.evaluate(config.maze.eval_set)
-    return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
+            return True, None, step
+    return False, after, final_step
 
 
 def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[str, Any], final_step: int,
                run_dir: Path, manager: Any, metrics: Any, t_start: float) -> RunResult:
     """Final adapter, held-out evaluations, ``eval_results.json``, the case-study table and artifact paths."""
     final_adapter = run_dir / "final_adapter"
-    if final_adapter.exists():
-        shutil.rmtree(final_adapter)
-    backend.save_adapter(final_adapter)
+    staging = atomic.temp_dir_beside(final_adapter)
+    try:
+        backend.save_adapter(staging)
+        atomic.replace_dir(staging, final_adapter)  # a crash leaves the previous final adapter, never an empty one
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     heldout = {name: backend.evaluate(name) for name in config.maze.heldout_sets}
     seconds = time.perf_counter() - t_start
     extra_results, extra_artifacts = backend.results_extras()

@@ -15,7 +15,7 @@ import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 PHASES = ("generate", "score", "update", "sync", "eval", "checkpoint")
 """The phases of one RL step that are timed."""
@@ -98,6 +98,29 @@ class MetricsLogger:
             flat = {k: v for k, v in _flatten(config).items() if len(str(v)) < 250}
             mlflow.log_params(flat)
         return mlflow
+
+    def discard(self, drop: Callable[[dict], bool]) -> int:
+        """Remove JSONL records for which ``drop(record)`` is true (and torn lines); returns how many.
+
+        The file is rewritten atomically. TensorBoard, W&B and MLflow keep what they were sent.
+        """
+        from runners import atomic
+
+        self._jsonl.close()
+        kept, dropped = [], 0
+        for line in self.jsonl_path.read_text().splitlines() if self.jsonl_path.exists() else []:
+            try:
+                record = json.loads(line)
+            except ValueError:  # the last line of a killed run may be torn
+                record = None
+            if isinstance(record, dict) and not drop(record):
+                kept.append(line + "\n")
+            elif line.strip():
+                dropped += 1
+        if dropped:
+            atomic.write_text(self.jsonl_path, "".join(kept))
+        self._jsonl = open(self.jsonl_path, "a", buffering=1)
+        return dropped
 
     def log(self, step: int, metrics: dict[str, Any], phase: str = "rl") -> None:
         """Record ``metrics`` at ``step`` (non-finite or non-numeric values go to JSONL only)."""

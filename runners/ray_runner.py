@@ -446,9 +446,11 @@ class RolloutTrainWorker:
             return evaluate_mazes(self.generator, mazes, rollout, seed=start)
         return play_episodes(self.generator, mazes, rollout, 1, seed=start)
 
-    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict) -> str | None:
+    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict,
+                        run_id: str | None = None) -> str | None:
         """Every rank: gather adapter and optimizer state; rank 0 checkpoints them with its RNGs (valid
-        for any worker count, and for the local runner). Returns the checkpoint path on rank 0."""
+        for any worker count, and for the local runner) as part of run ``run_id``. Returns the
+        checkpoint path on rank 0."""
         from pathlib import Path
 
         from runners import fsdp, local
@@ -458,7 +460,7 @@ class RolloutTrainWorker:
         trainer_state = fsdp.gather_algorithm_state(self.algorithm)
         if self.rank != 0:
             return None
-        manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None)
+        manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None, run_id=run_id)
         return str(local.save_checkpoint(manager, step, fsdp.GatheredAdapter(self.policy, adapter),
                                          fsdp.GatheredAlgorithmState(trainer_state), stream_state, self.config, extra))
 
@@ -566,13 +568,13 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
     Same config, same phases, same logs as :func:`runners.local.train`; ``stop_after`` ends
     the loop after that many steps as if interrupted (for resume tests).
     """
-    import json
     import shutil
     import time
     from pathlib import Path
 
     import ray
 
+    from runners import atomic
     from runners import config as cfgmod
     from runners import local
     from runners.checkpoint import CheckpointManager
@@ -585,18 +587,18 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
         ray.init(address=ray_cfg.address, log_to_driver=True)
     run_dir = Path(config.run_dir).resolve()
     config.run_dir = str(run_dir)
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfgmod.to_dict(config), indent=2))
+    atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
     try:
         model_dir, start_adapter = local.rl_start(config, log=log, metrics=metrics)
         from runners.loop import LoopState
 
         state = LoopState()
-        resume_from = manager.resolve(config.checkpoint.resume)
         while True:
             group = None
             try:
@@ -628,6 +630,7 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
     import json
     import shutil
 
+    from runners import atomic
     from runners import config as cfgmod
 
     # Adapter versions restart from the checkpoint's step: clear versions a dead group left behind.
@@ -636,7 +639,7 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
                  str(resume_from) if resume_from else None)
     group = WorkerGroup(ray_cfg, RolloutTrainWorker, init_args)
     info = group.setup_info
-    (run_dir / "ray_workers.json").write_text(json.dumps(info, indent=2))
+    atomic.write_json(run_dir / "ray_workers.json", info)
     if resume_from is not None:
         saved = json.loads((resume_from / "state.json").read_text())
         state.step = int(saved["step"])
@@ -711,7 +714,7 @@ class RayBackend:
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Rank 0 writes the gathered adapter + optimizer state (every rank joins the gather)."""
         self.group.call("save_checkpoint", str(self.manager.root), self.manager.keep, step, stream_state,
-                        {**extra, "ray_workers": self.workers})
+                        {**extra, "ray_workers": self.workers}, self.manager.run_id)
 
     def save_adapter(self, directory: Any) -> None:
         """The final gathered adapter."""

@@ -127,7 +127,8 @@ def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt
     """Parse one reply, step the env (or spend an invalid move) and record the turn."""
     text = _printable(result.text)
     state = agent_state(play.info)
-    parsed = parse_action(text, require_stop=config.require_stop)
+    # A backend that hands back something other than text gave no reply: parse the original, not str() of it.
+    parsed = parse_action(text if isinstance(result.text, str) else result.text, require_stop=config.require_stop)
     if parsed.valid and parsed.action < play.env.action_space.n:
         obs, reward, terminated, truncated, info = play.env.step(parsed.action)
         action, valid = parsed.action, True

@@ -9,19 +9,34 @@ with :class:`ray.job_submission.JobSubmissionClient`, and optionally waits and s
 Everything after ``--`` is passed unchanged to ``python -m runners.ray_runner``, which is
 ``mazegym train ... runner.kind=ray`` (same flags, same KEY=VALUE overrides).
 
+What is uploaded with ``--working-dir``: only the files git tracks there, plus the paths named
+with ``--include``, copied into a temporary directory that Ray packages. Secrets (``.env``,
+``.ssh/``, ``.netrc``, ``.ray/``, ``wandb/``, keys, credentials) and weights (``*.pt``,
+``*.safetensors``, ``checkpoints/``, ``runs/``...) are never uploaded, tracked or not
+(:data:`NEVER_UPLOAD`); ``--include`` of such a path is an error.
+
 Authentication: Ray >= 2.5x clusters may require a token. It is taken, in order, from
 ``--auth-token``, ``$RAY_AUTH_TOKEN``, the file named by ``$RAY_AUTH_TOKEN_PATH`` and
-``~/.ray/auth_token``, and sent as a bearer header.
+``~/.ray/auth_token``, and sent as a bearer header -- only over https, or over http to this
+machine (loopback); anything else is refused rather than sending the token in clear text.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import ipaddress
 import os
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +45,17 @@ RUNNER_MODULE = "runners.ray_runner"
 
 DEFAULT_EXCLUDES = [".git", ".venv", ".venv*", "runs", "**/__pycache__", "*.pyc", ".pytest_cache", ".hypothesis", ".benchmarks"]
 """Paths never uploaded with the working directory (virtualenvs and run outputs are large)."""
+
+NEVER_UPLOAD = [
+    # secrets
+    ".env", ".env.*", "*.env", "secrets.*", "*secret*", ".ssh", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+    ".netrc", "_netrc", ".ray", "auth_token", "wandb", ".aws", ".azure", ".gcloud", ".kube", ".docker", ".git-credentials",
+    ".pypirc", "*.pem", "*.key", "*.p12", "credentials*", ".git",
+    # weights and run outputs
+    "*.pt", "*.pth", "*.bin", "*.safetensors", "*.ckpt", "*.gguf", "*.onnx", "*.pkl", "*.pickle", "*.npz",
+    "checkpoints", "runs", "final_adapter", "adapter_sync",
+]
+"""Name patterns (matched against every component of a path) that are never uploaded."""
 
 
 @dataclass
@@ -47,6 +73,8 @@ class SubmitConfig:
     """Extra pip requirements installed for the job (Ray runtime_env ``pip``)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the job's driver and all its workers."""
+    includes: list[str] = field(default_factory=list)
+    """Paths under ``working_dir`` uploaded even though git does not track them (never secrets or weights)."""
     submission_id: str | None = None
     """Job id to use (must be unique on the cluster); None lets Ray choose one."""
     auth_token: str | None = None
@@ -80,6 +108,82 @@ def build_runtime_env(cfg: SubmitConfig) -> dict[str, Any]:
     return runtime_env
 
 
+def never_upload(relative: str) -> str | None:
+    """The :data:`NEVER_UPLOAD` pattern that ``relative`` (a path inside the working dir) matches, or None."""
+    for part in Path(relative).parts:
+        for pattern in NEVER_UPLOAD:
+            if fnmatch.fnmatch(part.lower(), pattern):
+                return pattern
+    return None
+
+
+def tracked_files(directory: Path) -> list[str]:
+    """Files git tracks under ``directory`` (relative paths); ``ValueError`` when it is not in a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(directory), "ls-files", "-z", "--cached"], capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ValueError(f"working_dir {directory} is not inside a git checkout ({exc}); only tracked files are "
+                         f"uploaded, so submit from a checkout (add untracked files with --include)") from exc
+    return [name for name in out.stdout.decode().split("\0") if name]
+
+
+def upload_files(cfg: SubmitConfig) -> list[str]:
+    """The relative paths uploaded as the working dir: tracked files plus ``cfg.includes``, minus secrets and weights.
+
+    An include that is missing, outside the working dir, or matches :data:`NEVER_UPLOAD` raises ``ValueError``.
+    """
+    root = Path(cfg.working_dir).expanduser().resolve()
+    chosen = {name for name in tracked_files(root) if (root / name).is_file() and never_upload(name) is None}
+    for include in cfg.includes:
+        path = (root / include).resolve()
+        if not path.is_relative_to(root) or not path.exists():
+            raise ValueError(f"--include {include!r} is not a file or directory under {root}")
+        names = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        for name in names:
+            rel = name.relative_to(root).as_posix()
+            pattern = never_upload(rel)
+            if pattern is not None:
+                raise ValueError(f"--include {include!r}: {rel} matches {pattern!r}, which is never uploaded "
+                                 f"(secrets and weights stay on this machine)")
+            chosen.add(rel)
+    return sorted(chosen)
+
+
+@contextmanager
+def staged_working_dir(cfg: SubmitConfig) -> Iterator[SubmitConfig]:
+    """``cfg`` with ``working_dir`` replaced by a temporary copy of exactly :func:`upload_files` (removed after)."""
+    if cfg.working_dir is None:
+        yield cfg
+        return
+    root = Path(cfg.working_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"working_dir {cfg.working_dir!r} is not a directory; pass a source checkout or None")
+    files = upload_files(cfg)
+    with tempfile.TemporaryDirectory(prefix="mazegym-submit-") as staging:
+        for rel in files:
+            target = Path(staging) / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / rel, target)
+        yield replace(cfg, working_dir=staging)
+
+
+def check_token_transport(address: str, token: str | None) -> None:
+    """Refuse (``ValueError``) to send ``token`` over plain http to a host other than this machine."""
+    if not token:
+        return
+    parts = urlsplit(address if "://" in address else f"http://{address}")
+    if parts.scheme == "https":
+        return
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise ValueError(f"refusing to send the Ray auth token in clear text over {parts.scheme}:// to {host!r}; "
+                         f"use an https:// address, or tunnel the dashboard port to 127.0.0.1")
+
+
 def find_auth_token(explicit: str | None = None) -> str | None:
     """The cluster auth token from the argument, the environment or ``~/.ray/auth_token``."""
     if explicit:
@@ -94,9 +198,10 @@ def find_auth_token(explicit: str | None = None) -> str | None:
 
 def make_client(address: str, auth_token: str | None = None):
     """A :class:`JobSubmissionClient` for ``address``, sending the auth token when one exists."""
+    token = find_auth_token(auth_token)
+    check_token_transport(address, token)
     from ray.job_submission import JobSubmissionClient
 
-    token = find_auth_token(auth_token)
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
         return JobSubmissionClient(address, headers=headers)
@@ -115,12 +220,13 @@ def submit_run(train_args: list[str], cfg: SubmitConfig | None = None) -> str:
     """
     cfg = cfg or SubmitConfig()
     client = make_client(cfg.address, cfg.auth_token)
-    job_id = client.submit_job(
-        entrypoint=build_entrypoint(train_args),
-        runtime_env=build_runtime_env(cfg),
-        submission_id=cfg.submission_id,
-        metadata={"launcher": "mazegym submit"},
-    )
+    with staged_working_dir(cfg) as staged:  # Ray packages the upload inside submit_job
+        job_id = client.submit_job(
+            entrypoint=build_entrypoint(train_args),
+            runtime_env=build_runtime_env(staged),
+            submission_id=cfg.submission_id,
+            metadata={"launcher": "mazegym submit"},
+        )
     if cfg.wait:
         status = wait_for_job(client, job_id, cfg.timeout_s, follow=cfg.follow)
         if status != "SUCCEEDED":
@@ -132,22 +238,34 @@ def submit_run(train_args: list[str], cfg: SubmitConfig | None = None) -> str:
 def wait_for_job(client: Any, job_id: str, timeout_s: float, follow: bool = False, poll_s: float = 1.0) -> str:
     """Poll until job ``job_id`` reaches a terminal state; returns it ("SUCCEEDED", "FAILED", ...).
 
+    With ``follow`` the log is streamed as it grows (each line sent once), not re-downloaded.
     Raises ``TimeoutError`` after ``timeout_s`` (the job is left running).
     """
     deadline = time.monotonic() + timeout_s
-    printed = 0
+    if follow:
+        stream_logs(client, job_id, deadline)
     while True:
         status = client.get_job_status(job_id)
-        if follow:
-            logs = client.get_job_logs(job_id)
-            sys.stdout.write(logs[printed:])
-            sys.stdout.flush()
-            printed = len(logs)
         if status.is_terminal():
             return str(status.value)
         if time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} still {status.value} after {timeout_s:.0f} s (it keeps running)")
         time.sleep(poll_s)
+
+
+def stream_logs(client: Any, job_id: str, deadline: float) -> None:
+    """Print job ``job_id``'s log lines as Ray sends them (``tail_job_logs``) until it ends or ``deadline``."""
+    import asyncio
+
+    async def tail() -> None:
+        async for chunk in client.tail_job_logs(job_id):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
+    try:
+        asyncio.run(asyncio.wait_for(tail(), timeout=max(0.1, deadline - time.monotonic())))
+    except asyncio.TimeoutError:
+        pass
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -156,6 +274,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     d = SubmitConfig()
     p.add_argument("--address", default=os.environ.get("RAY_API_SERVER_ADDRESS", d.address), help=SubmitConfig.__doc__)
     p.add_argument("--working-dir", default=None, help="upload this directory as the job's working dir (default: use the image's install)")
+    p.add_argument("--include", action="append", default=[], metavar="PATH",
+                   help="with --working-dir: also upload this untracked file or directory (repeatable; never secrets or weights)")
     p.add_argument("--pip", action="append", default=[], help="extra pip requirement for the job (repeatable)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job (repeatable)")
     p.add_argument("--submission-id", default=None, help="job id (unique on the cluster)")
@@ -178,7 +298,7 @@ def config_from_args(ns: argparse.Namespace) -> tuple[SubmitConfig, list[str]]:
     train_args = list(ns.train_args)
     if train_args and train_args[0] == "--":
         train_args = train_args[1:]
-    cfg = SubmitConfig(address=ns.address, working_dir=ns.working_dir, pip=ns.pip, env=env,
+    cfg = SubmitConfig(address=ns.address, working_dir=ns.working_dir, includes=ns.include, pip=ns.pip, env=env,
                        submission_id=ns.submission_id, auth_token=ns.auth_token, wait=ns.wait,
                        timeout_s=ns.timeout_s, follow=ns.follow)
     return cfg, train_args
@@ -205,7 +325,7 @@ def run_submit_args(ns: argparse.Namespace) -> int:
     cfg, train_args = config_from_args(ns)
     try:
         job_id = submit_run(train_args, cfg)
-    except (RuntimeError, TimeoutError, ConnectionError, FileNotFoundError) as exc:
+    except (RuntimeError, TimeoutError, ConnectionError, FileNotFoundError, ValueError) as exc:
         print(f"mazegym submit: {exc}", file=sys.stderr)
         return 1
     print(job_id)

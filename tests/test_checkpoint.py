@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from runners.checkpoint import LATEST, MANIFEST, CheckpointManager, sha256_file, step_dir_name, verify
+from runners.checkpoint import LATEST, MANIFEST, REQUIRED_FILES, CheckpointManager, sha256_file, step_dir_name, verify
 
 
 def _writer(payload: bytes):
     def write(tmp: Path) -> None:
+        for rel in REQUIRED_FILES:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text("{}")
         (tmp / "weights.bin").write_bytes(payload)
         (tmp / "sub").mkdir()
         (tmp / "sub" / "state.json").write_text(json.dumps({"len": len(payload)}))
@@ -33,7 +36,7 @@ def test_save_writes_manifest_and_latest_marker(tmp_path):
     assert manifest["step"] == 7
     assert manifest["files"]["weights.bin"] == {"sha256": hashlib.sha256(b"x" * 100).hexdigest(), "bytes": 100}
     assert "sub/state.json" in manifest["files"]
-    assert (tmp_path / LATEST).read_text().strip() == "step_000007"
+    assert (tmp_path / LATEST).read_text().splitlines()[0] == "step_000007"
     assert verify(path) is None
     assert not list(tmp_path.glob(".step_*")), "temp dirs must be gone after commit"
 

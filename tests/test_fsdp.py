@@ -129,7 +129,7 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str, queue) -> Non
         fresh = fsdp.shard_policy(_policy(model_dir))
         fresh.load_adapter(Path(out_dir) / "adapter")
         fresh_algo = _algorithm(fresh)
-        fresh_algo.load_state_dict(torch.load(Path(out_dir) / "trainer_state.pt", weights_only=False))
+        fresh_algo.load_state_dict(torch.load(Path(out_dir) / "trainer_state.pt", weights_only=True))
         result["converted"] = fsdp.shard_optimizer_state(fresh_algo.optimizer)
         result["reloaded"] = fsdp.gather_adapter(fresh, rank0_only=False)
         result["reloaded_state"] = fsdp.gather_algorithm_state(fresh_algo)["optimizer"]["state"]
@@ -219,7 +219,7 @@ def two_ranks(tmp_path_factory):
         p.join(60)
     for r in status:
         assert "error" not in r, r["error"]
-    results = [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    results = [torch.load(out_dir / f"rank{r}.pt", weights_only=True) for r in range(2)]
     return model_dir, out_dir, results
 
 

@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -274,16 +274,33 @@ class LoRALMPolicy:
         if int(saved.get("r", -1)) != int(self.model.peft_config["default"].r):
             raise ValueError(f"adapter in {directory} has rank {saved.get('r')}, this policy rank "
                              f"{self.model.peft_config['default'].r}")
-        result = peft.set_peft_model_state_dict(self.model, load_file(str(weights), device=str(self.device)))
-        unexpected = getattr(result, "unexpected_keys", [])
-        if unexpected:
-            raise ValueError(f"adapter in {directory} does not fit this model: unexpected keys {unexpected[:5]}")
+        state = load_file(str(weights), device=str(self.device))
+        check_adapter_keys(peft.get_peft_model_state_dict(self.model).keys(), state.keys(), directory)
+        peft.set_peft_model_state_dict(self.model, state)
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
         """The adapter weights only (PEFT key names), e.g. for in-memory engine sync."""
         import peft
 
         return peft.get_peft_model_state_dict(self.model)
+
+
+def check_adapter_keys(expected: Iterable[str], found: Iterable[str], source: Any) -> None:
+    """Raise ``ValueError`` naming the LoRA tensors missing from, or unexpected in, the adapter at ``source``.
+
+    A partial adapter would otherwise load silently and leave the missing layers at their
+    previous (or initial) weights: the model served would not be the one trained.
+    """
+    expected, found = set(expected), set(found)
+    missing, unexpected = sorted(expected - found), sorted(found - expected)
+    if not missing and not unexpected:
+        return
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({', '.join(unexpected[:5])}{', ...' if len(unexpected) > 5 else ''})")
+    raise ValueError(f"adapter at {source} does not fit this model: LoRA tensors " + "; ".join(parts))
 
 
 def _to_pil(image: Any):

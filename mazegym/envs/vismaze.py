@@ -42,14 +42,20 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from mazegym.maze import DEFAULT_GENERATOR, GENERATORS, MazeSpec, check_size, sample_maze
+from mazegym.maze import DEFAULT_GENERATOR, FLOOR_CHAR, GENERATORS, WALL_CHAR, MazeSpec, check_size, sample_maze
 from mazegym.render import TEXT_CHARSET, ascii_bytes, cell_patches, render_background, text_length
 from mazegym.solver import MOVES, STOP, bfs_distances_flat
+from mazegym.spaces import MapText
 
 ACTION_NAMES = ("right", "up", "left", "down", "stop")
 """Action names by index; the first four are the moves."""
 
 OBS_MODES = ("both", "image", "text")
+
+MAX_SIZE = 255
+"""Largest grid side accepted: bigger mazes take seconds and hundreds of MB per reset."""
+MAX_CELL_PX = 256
+"""Largest cell side in pixels."""
 
 _MOVE_FEEDBACK = tuple(f"Moved {name}." for name in ACTION_NAMES[:4])
 _WALL_FEEDBACK = "Cannot move into a wall."
@@ -88,19 +94,18 @@ class VisMazeEnv(gym.Env):
         shaping_gamma: float = 1.0,
         render_mode: str | None = None,
     ):
-        self.size = check_size(size)
-        if max_moves < 1:
-            raise ValueError(f"max_moves must be >= 1, got {max_moves}")
-        if generator not in GENERATORS:
-            raise ValueError(f"unknown generator {generator!r}; choose one of {sorted(GENERATORS)}")
-        if start_goal not in ("corners", "random"):
-            raise ValueError(f"start_goal must be 'corners' or 'random', got {start_goal!r}")
-        if obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
-        if cell_px < 4:
-            raise ValueError(f"cell_px must be >= 4, got {cell_px}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        self.size = check_size(_integer("size", size, 5, MAX_SIZE))
+        _integer("max_moves", max_moves, 1)
+        _integer("cell_px", cell_px, 4, MAX_CELL_PX)
+        _number("extra_openings", extra_openings, 0.0, 1.0)
+        _number("shaping_gamma", shaping_gamma, 0.0, 1.0)
+        _flag("require_stop", require_stop)
+        _flag("shaping", shaping)
+        _choice("generator", generator, sorted(GENERATORS))
+        _choice("start_goal", start_goal, ("corners", "random"))
+        _choice("obs_mode", obs_mode, OBS_MODES)
+        if render_mode is not None:
+            _choice("render_mode", render_mode, self.metadata["render_modes"])
         self.max_moves = int(max_moves)
         self.generator = generator
         self.extra_openings = float(extra_openings)
@@ -113,17 +118,19 @@ class VisMazeEnv(gym.Env):
         self.render_mode = render_mode
 
         self.action_space = spaces.Discrete(5 if self.require_stop else 4)
+        self._num_actions = int(self.action_space.n)
         px = self.size * self.cell_px
         obs_spaces: dict[str, spaces.Space] = {}
         if obs_mode in ("both", "image"):
             obs_spaces["image"] = spaces.Box(0, 255, (px, px, 3), dtype=np.uint8)
         if obs_mode in ("both", "text"):
             n = text_length(self.size)
-            obs_spaces["text"] = spaces.Text(max_length=n, min_length=n, charset=TEXT_CHARSET)
+            obs_spaces["text"] = MapText(max_length=n, min_length=n, charset=TEXT_CHARSET)
         self.observation_space = spaces.Dict(obs_spaces)
         self._want_image = "image" in obs_spaces
         self._want_text = "text" in obs_spaces
         self.spec_maze: MazeSpec | None = None
+        self._done = True  # until the first reset
         self._background: np.ndarray | None = None
         tiles = cell_patches(self.cell_px)
         self._tile_agent_floor, self._tile_agent_goal = tiles["agent_on_floor"], tiles["agent_on_goal"]
@@ -134,9 +141,12 @@ class VisMazeEnv(gym.Env):
         super().reset(seed=seed)
         maze = (options or {}).get("maze")
         if maze is not None:
-            spec = MazeSpec.from_dict(maze)  # validates dicts; returns a MazeSpec unchanged
+            spec = _maze_option(maze)
             if spec.size != self.size:
                 raise ValueError(f"options['maze'] has size {spec.size}, this env has size {self.size}")
+            dist = bfs_distances_flat((~spec.grid).ravel().tolist(), spec.size, spec.goal[0] * spec.size + spec.goal[1])
+            if dist[spec.start[0] * spec.size + spec.start[1]] < 0:
+                raise ValueError(f"options['maze']: the goal {spec.goal} cannot be reached from the start {spec.start}")
         else:
             spec = sample_maze(self.np_random, self.size, self.generator, self.extra_openings, self.start_goal)
         self._load(spec)
@@ -144,10 +154,12 @@ class VisMazeEnv(gym.Env):
 
     def step(self, action: int):
         """Apply one action; see the module docstring for rewards and episode end."""
-        if self.spec_maze is None:
-            raise RuntimeError("call reset() before step()")
-        action = int(action)
-        if not 0 <= action < self.action_space.n:
+        if self._done:
+            raise RuntimeError("the episode is over (terminated or truncated): call reset() before step()"
+                               if self.spec_maze is not None else "call reset() before step()")
+        if type(action) is not int:  # Python and numpy ints take the fast path; anything else is checked
+            action = int(action) if isinstance(action, np.integer) else self._integer_action(action)
+        if not 0 <= action < self._num_actions:
             raise ValueError(f"action {action} is outside {self.action_space}")
         self._moves += 1
         old = self._agent
@@ -174,6 +186,7 @@ class VisMazeEnv(gym.Env):
         truncated = not terminated and self._moves >= self.max_moves
         if truncated:
             feedback += _LIMIT_FEEDBACK
+        self._done = terminated or truncated
         self._success = success
         reward = 1.0 if success else 0.0
         if self.shaping:
@@ -186,12 +199,14 @@ class VisMazeEnv(gym.Env):
         Used by :class:`mazegym.wrappers.TextActionWrapper` and LLM runners so malformed output
         costs a turn instead of raising.
         """
-        if self.spec_maze is None:
-            raise RuntimeError("call reset() before step_invalid()")
+        if self._done:
+            raise RuntimeError("the episode is over (terminated or truncated): call reset() before step_invalid()"
+                               if self.spec_maze is not None else "call reset() before step_invalid()")
         self._moves += 1
         truncated = self._moves >= self.max_moves
         if truncated:
             feedback += _LIMIT_FEEDBACK
+        self._done = truncated
         info = self._info(False, False, feedback)
         info["invalid_action"] = True
         return self._obs(), 0.0, False, truncated, info
@@ -211,6 +226,17 @@ class VisMazeEnv(gym.Env):
         print(text + "\n")
         return None
 
+    def _integer_action(self, action: Any) -> int:
+        """``action`` as an int when it is an integer (numpy scalar or 0-d array included), else a clear error."""
+        if isinstance(action, np.integer):  # numpy's bool is not an np.integer
+            return int(action)
+        if isinstance(action, np.ndarray) and action.shape == ():
+            action = action[()]
+        if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
+            return int(action)
+        raise TypeError(f"action must be an integer in 0..{self._num_actions - 1}, got {action!r} "
+                        f"({type(action).__name__}); parse model text with mazegym.llm.parse_action first")
+
     # ------------------------------------------------------------------ state
     def _load(self, spec: MazeSpec) -> None:
         """Precompute everything per maze: open squares, BFS distances, frame and text buffers."""
@@ -221,6 +247,7 @@ class VisMazeEnv(gym.Env):
         self._agent = spec.start
         self._moves = 0
         self._success = False
+        self._done = False
         self._dist = bfs_distances_flat(self._open, size, spec.goal[0] * size + spec.goal[1])
         self._optimal = self._dist[spec.start[0] * size + spec.start[1]]
         self._maze_id = spec.maze_id
@@ -302,3 +329,63 @@ class VisMazeEnv(gym.Env):
     def moves(self) -> int:
         """Moves used so far in this episode."""
         return self._moves
+
+
+# ---------------------------------------------------------------------- argument checks
+def _integer(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an int when it is an integer in ``[low, high]``, else a ``ValueError`` naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+def _number(name: str, value: Any, low: float, high: float) -> float:
+    """``value`` as a float when it is a finite real in ``[low, high]``, else a ``ValueError`` naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    if not (low <= float(value) <= high):  # also false for NaN
+        raise ValueError(f"{name} must be a finite number between {low} and {high}, got {value}")
+    return float(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    """``value`` when it is a bool, else a ``ValueError`` naming ``name`` (``bool("false")`` is True)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def _choice(name: str, value: Any, choices: Any) -> Any:
+    """``value`` when it is one of ``choices``, else a ``ValueError`` naming ``name``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def _maze_option(maze: Any) -> MazeSpec:
+    """``options["maze"]`` as a checked MazeSpec: map characters, integer start and goal, then the layout."""
+    if isinstance(maze, MazeSpec):
+        return maze
+    if not isinstance(maze, dict):
+        raise ValueError(f"options['maze'] must be a MazeSpec or its dict, got {type(maze).__name__}")
+    rows = maze.get("rows")
+    if rows is not None:
+        if not isinstance(rows, (list, tuple)) or not all(isinstance(row, str) for row in rows):
+            raise ValueError("options['maze']['rows'] must be a list of strings")
+        unknown = sorted({ch for row in rows for ch in row} - {WALL_CHAR, FLOOR_CHAR})
+        if unknown:
+            raise ValueError(f"options['maze']['rows'] may hold only {WALL_CHAR!r} and {FLOOR_CHAR!r}, found {unknown}")
+        if len({len(row) for row in rows}) > 1:
+            raise ValueError("options['maze']['rows'] must all have the same length")
+    for key in ("start", "goal"):
+        cell = maze.get(key)
+        if (not isinstance(cell, (list, tuple)) or len(cell) != 2
+                or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in cell)):
+            raise ValueError(f"options['maze']['{key}'] must be a (row, col) pair of integers, got {cell!r}")
+    try:
+        return MazeSpec.from_dict(maze)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"options['maze'] is not a valid maze: {exc}") from exc

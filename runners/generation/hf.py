@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
+from runners.generation.adapters import check_adapter
 from runners.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
 from runners.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer, pixel_inputs
 
@@ -64,7 +65,11 @@ class HFGenerator:
 
     # ------------------------------------------------------------------ adapters
     def load_adapter(self, path: str | Path, version: int) -> None:
-        """Load the PEFT adapter at ``path`` (in place when the LoRA layout is unchanged)."""
+        """Load the PEFT adapter at ``path`` (in place when the LoRA layout is unchanged).
+
+        An adapter missing LoRA tensors, or holding tensors this model has no place for, is
+        refused with a ``ValueError`` naming them (:func:`runners.generation.adapters.check_adapter`).
+        """
         from peft import PeftModel, set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -72,6 +77,7 @@ class HFGenerator:
         weights = path / "adapter_model.safetensors"
         if not weights.is_file():
             raise FileNotFoundError(f"no PEFT adapter at {path} (adapter_model.safetensors missing)")
+        check_adapter(self.model_path, path)
         if isinstance(self.model, PeftModel):
             state = load_file(str(weights), device=self.device)
             result = set_peft_model_state_dict(self.model, state)

@@ -139,12 +139,19 @@ class VLLMGenerator:
 
     # ------------------------------------------------------------------ adapters
     def load_adapter(self, path: str | Path, version: int) -> None:
-        """Serve the PEFT adapter at ``path`` from now on, under a fresh LoRA id."""
-        from vllm.lora.request import LoRARequest
+        """Serve the PEFT adapter at ``path`` from now on, under a fresh LoRA id.
+
+        An adapter missing LoRA tensors, or holding unexpected ones, is refused with a
+        ``ValueError`` naming them before vLLM sees it (vLLM would serve it anyway).
+        """
+        from runners.generation.adapters import check_adapter
 
         path = Path(path)
         if not (path / "adapter_model.safetensors").is_file():
             raise FileNotFoundError(f"no PEFT adapter at {path} (adapter_model.safetensors missing)")
+        check_adapter(self.model_path, path)
+        from vllm.lora.request import LoRARequest
+
         request = LoRARequest(f"adapter-v{int(version)}", self._next_lora_id, str(path.resolve()))
         self._next_lora_id += 1
         engine = self.llm.llm_engine

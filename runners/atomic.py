@@ -1,0 +1,103 @@
+"""Writing files and directories so that a reader sees the old version or the new one, never a torn one.
+
+Every file a user or a later command reads is written to a temporary name in the same
+directory, flushed to disk (fsync), and renamed over the final name (atomic on POSIX). A
+directory is built under a temporary name and swapped into place the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file or directory to disk (best effort: some filesystems refuse directory fsync)."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename); creates parent directories."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write ``data`` as indented JSON to ``path`` atomically."""
+    return write_text(path, json.dumps(data, indent=2, default=str))
+
+
+def fsync_tree(directory: Path) -> None:
+    """fsync every file and directory under ``directory`` (and itself)."""
+    for path in directory.rglob("*"):
+        fsync_path(path)
+    fsync_path(directory)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def replace_dir(new: Path, final: Path) -> None:
+    """Put the finished directory ``new`` at ``final``, replacing what is there, and remove the old one.
+
+    Where the OS can swap the two atomically it does; elsewhere the old directory is first
+    renamed aside (a crash then leaves it under a hidden ``.<name>.old.*`` name, not deleted).
+    """
+    new, final = Path(new), Path(final)
+    fsync_tree(new)
+    if final.exists() and _exchange(new, final):
+        old = new
+    else:
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+            os.replace(final, old / final.name)
+        os.replace(new, final)
+    fsync_path(final.parent)
+    if old is not None and old.exists():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def temp_dir_beside(final: Path) -> Path:
+    """A fresh hidden directory next to ``final`` (same filesystem, so the final rename is atomic)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp.", dir=final.parent))

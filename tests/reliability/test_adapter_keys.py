@@ -1,0 +1,89 @@
+"""Adapters missing LoRA tensors, or holding unexpected ones, are refused by the trainer and both generators."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from runners.tiny import build_tiny_text_lm
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return build_tiny_text_lm(tmp_path_factory.mktemp("m") / "text")
+
+
+@pytest.fixture(scope="module")
+def adapters(model_path, tmp_path_factory):
+    """A good adapter, one missing two tensors, one with an extra tensor."""
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+
+    root = tmp_path_factory.mktemp("adapters")
+    policy = LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=4, alpha=8), dtype=torch.float32)
+    good = policy.save_adapter(root / "good")
+    state = load_file(str(good / "adapter_model.safetensors"))
+    names = sorted(state)
+    out = {"good": good}
+    for kind, tensors in (("missing", {k: v for k, v in state.items() if k not in names[:2]}),
+                          ("unexpected", {**state, "base_model.model.model.extra.lora_A.weight": torch.zeros(4, 4)})):
+        shutil.copytree(good, root / kind)
+        save_file(tensors, str(root / kind / "adapter_model.safetensors"))
+        out[kind] = root / kind
+    out["dropped"] = names[:2]
+    return out
+
+
+def _policy(model_path):
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+
+    return LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=4, alpha=8), dtype=torch.float32)
+
+
+def test_trainer_refuses_missing_and_unexpected_tensors(model_path, adapters):
+    policy = _policy(model_path)
+    policy.load_adapter(adapters["good"])
+    with pytest.raises(ValueError, match="2 missing.*" + adapters["dropped"][0].replace(".", r"\.")):
+        policy.load_adapter(adapters["missing"])
+    with pytest.raises(ValueError, match="unexpected.*extra"):
+        policy.load_adapter(adapters["unexpected"])
+
+
+def test_hf_generator_refuses_missing_and_unexpected_tensors(model_path, adapters):
+    from runners.generation.hf import HFGenerator
+
+    generator = HFGenerator(model_path)
+    with pytest.raises(ValueError, match="missing.*" + adapters["dropped"][1].replace(".", r"\.")):
+        generator.load_adapter(adapters["missing"], 1)  # no adapter loaded yet
+    generator.load_adapter(adapters["good"], 1)
+    for kind, pattern in (("missing", "missing"), ("unexpected", "unexpected.*extra")):
+        with pytest.raises(ValueError, match=pattern):
+            generator.load_adapter(adapters[kind], 2)
+    assert generator.adapter_version == 1 and generator.adapter_path == str(adapters["good"])
+
+
+class _Engine:
+    def __init__(self):
+        self.added = []
+
+    def add_lora(self, request):
+        self.added.append(request)
+        return True
+
+    def remove_lora(self, lora_id):
+        pass
+
+
+def test_vllm_generator_refuses_before_the_engine_sees_the_adapter(model_path, adapters):
+    from runners.generation.vllm import VLLMGenerator
+
+    generator = VLLMGenerator.__new__(VLLMGenerator)  # no engine build: only load_adapter's checks run
+    generator.model_path = str(model_path)
+    generator.llm = type("LLM", (), {"llm_engine": _Engine()})()
+    generator.lora_request, generator._next_lora_id, generator.adapter_version = None, 1, 0
+    for kind, pattern in (("missing", "missing"), ("unexpected", "unexpected.*extra")):
+        with pytest.raises(ValueError, match=pattern):
+            generator.load_adapter(adapters[kind], 1)
+    assert generator.llm.llm_engine.added == [] and generator.adapter_version == 0

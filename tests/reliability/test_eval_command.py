@@ -1,0 +1,72 @@
+"""`mazegym eval` evaluates the run's own config and latest checkpoint, and refuses a dir that holds no run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import runners.local as local
+from reliability_helpers import write_fake_checkpoint
+from runners import config as cfgmod
+from runners.checkpoint import CheckpointManager
+from runners.cli import main
+from runners.presets import get_preset
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Record what eval would build and evaluate, without loading a model."""
+    seen = {}
+
+    def build_generator(config, model_dir, adapter=None, version=0):
+        seen.update(config=config, model_dir=Path(model_dir), adapter=Path(adapter) if adapter else None)
+        return object()
+
+    def eval_step(generator, config, set_name=None):
+        return {"solve_rate": 0.5, "solved": 32, "episodes": 64, "spl": 0.4, "invalid_action_rate": 0.0,
+                "mean_moves": 7.0, "by_size": {}}
+
+    monkeypatch.setattr(local, "build_generator", build_generator)
+    monkeypatch.setattr(local, "eval_step", eval_step)
+    return seen
+
+
+def _run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    config = cfgmod.apply_overrides(get_preset("cpu-tiny"), [f"run_dir={run}", f"model.path={model}", "sft.enabled=never",
+                                                             "rollout.max_moves=31", "maze.heldout_sets=[]"])
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfgmod.to_dict(config)))
+    manager = CheckpointManager(run / "checkpoints", log=lambda m: None)
+    manager.start_run("none")
+    for step in (1, 2):
+        manager.save(step, write_fake_checkpoint)
+    return run
+
+
+def test_eval_of_a_run_dir_uses_its_config_and_latest_checkpoint(tmp_path, calls, capsys):
+    run = _run(tmp_path)
+    assert main(["eval", "--run-dir", str(run)]) == 0
+    assert calls["adapter"] == run / "checkpoints" / "step_000002" / "adapter"
+    assert calls["config"].rollout.max_moves == 31 and calls["model_dir"] == tmp_path / "model"
+    out = capsys.readouterr().out
+    assert "Evaluated checkpoint" in out and "step_000002" in out
+    assert json.loads((run / "eval" / "eval.json").read_text())["adapter"].endswith("step_000002/adapter")
+
+
+def test_overrides_still_apply_on_top_of_the_runs_config(tmp_path, calls):
+    run = _run(tmp_path)
+    assert main(["eval", "--run-dir", str(run), "rollout.max_moves=12"]) == 0
+    assert calls["config"].rollout.max_moves == 12 and calls["config"].model.path == str(tmp_path / "model")
+
+
+def test_eval_refuses_a_dir_that_holds_no_run(tmp_path, calls, capsys):
+    missing = tmp_path / "no" / "such" / "dir"
+    assert main(["eval", "--run-dir", str(missing)]) == 2
+    assert "holds no mazegym run" in capsys.readouterr().err
+    assert not missing.exists() and not calls

@@ -1,0 +1,119 @@
+"""Resume says what it does: `--resume latest` with nothing to resume fails, replayed metric records are dropped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from runners.checkpoint import CheckpointManager
+from runners.cli import main
+from runners.config import apply_overrides
+from runners.loop import LoopState, run_rl_loop
+from runners.metrics import MetricsLogger, read_jsonl
+from runners.presets import get_preset
+
+
+def test_resume_latest_with_nothing_to_resume_fails(tmp_path):
+    with pytest.raises(ValueError, match="nothing to resume"):
+        CheckpointManager(tmp_path / "checkpoints").start_run("latest")
+
+
+def test_cli_train_resume_latest_in_an_empty_run_dir_exits_2_before_any_work(tmp_path, capsys):
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "--resume", "latest", "logging.progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to resume" in err and "--resume none" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_fresh_start_leaves_the_earlier_runs_files_alone(tmp_path, capsys):
+    from reliability_helpers import write_fake_checkpoint
+
+    run = tmp_path / "run"
+    manager = CheckpointManager(run / "checkpoints", log=lambda m: None)
+    manager.start_run("none")
+    manager.save(1, write_fake_checkpoint)
+    (run / "config.json").write_text('{"earlier": "run"}')
+    assert main(["train", "--run-dir", str(run), "--resume", "none", "logging.progress=false"]) == 2
+    assert "earlier run" in capsys.readouterr().err
+    assert (run / "config.json").read_text() == '{"earlier": "run"}' and not (run / "metrics.jsonl").exists()
+
+
+class _Stream:
+    def __init__(self):
+        self.index = 0
+
+    def __next__(self):
+        self.index += 1
+        return self.index
+
+    def state_dict(self):
+        return {"index": self.index}
+
+
+class _Backend:
+    description = "RL (fake)"
+
+    def __init__(self, seen: list):
+        self.seen = seen
+
+    def generate(self, mazes, step):
+        self.seen.append(step)
+        return []
+
+    def update(self, episodes):
+        return {"loss": float(len(self.seen))}
+
+    def sync(self, step, check_parity):
+        return {}
+
+    def evaluate(self, set_name):
+        return {"solve_rate": 0.25, "solved": 16, "episodes": 64, "spl": 0.2, "invalid_action_rate": 0.0, "mean_moves": 5.0}
+
+    def checkpoint(self, step, stream_state, extra):
+        pass
+
+    def save_adapter(self, directory):
+        (directory / "adapter_model.safetensors").write_bytes(b"x")
+
+    def step_extras(self, *args: Any):
+        return {}
+
+    def results_extras(self):
+        return {}, {}
+
+
+def _loop(run_dir, state, stop_after=None, messages=None):
+    config = apply_overrides(get_preset("cpu-tiny"), ["loop.steps=4", "eval.every=0", "logging.progress=false",
+                                                      "maze.heldout_sets=[]", "loop.mazes_per_step=1"])
+    metrics = MetricsLogger(run_dir, tensorboard=False)
+    try:
+        run_rl_loop(config, _Backend([]), _Stream(), state, run_dir, CheckpointManager(run_dir / "c"), metrics,
+                    (messages if messages is not None else []).append, stop_after, 0.0)
+    finally:
+        metrics.close()
+
+
+def test_resumed_run_logs_each_step_once(tmp_path):
+    metrics = MetricsLogger(tmp_path, tensorboard=False)
+    metrics.log(5, {"loss": 1.0}, phase="sft")
+    metrics.close()
+    _loop(tmp_path, LoopState(), stop_after=3)  # steps 1..3 logged, then "killed" (last checkpoint: step 1)
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 4, "phase": "rl", "lo')  # a torn line from the kill
+    messages = []
+    _loop(tmp_path, LoopState(step=1, before=_Backend([]).evaluate("x"), history=[{"step": 0, "solve_rate": 0.25}]),
+          messages=messages)
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2, 3, 4]
+    assert [r["step"] for r in records if r["phase"] == "eval"] == [0]
+    assert [r["step"] for r in records if r["phase"] == "sft"] == [5]
+    assert any("dropped 3 record(s) past RL step 1" in m for m in messages), messages
+
+
+def test_fresh_start_drops_an_unfinished_attempts_records(tmp_path):
+    _loop(tmp_path, LoopState(), stop_after=2)
+    _loop(tmp_path, LoopState())
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["phase"], r["step"]) for r in records] == [("eval", 0), ("rl", 1), ("rl", 2), ("rl", 3), ("rl", 4)]

@@ -1,0 +1,98 @@
+"""`mazegym submit` uploads only tracked files plus explicit includes, never secrets or weights, and guards its token."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runners import submit
+
+SOURCE = ["pyproject.toml", "runners/cli.py", "mazegym/data/eval.json"]
+SECRETS_AND_WEIGHTS = [".env", "secrets.json", ".ssh/id_rsa", ".netrc", ".ray/auth_token", "wandb/settings", "model.pt",
+                       "adapter/adapter_model.safetensors", "checkpoints/step_000001/state.json", "runs/x/metrics.jsonl",
+                       "deploy/.env.prod", "keys/server.pem"]
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    root = tmp_path / "repo"
+    for rel in SOURCE + SECRETS_AND_WEIGHTS + ["notes/untracked.txt", "extra/config.yaml"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    # Some secrets and weights are even committed by mistake: they must still stay home.
+    subprocess.run(git + ["add", "-f", *SOURCE, ".env", "model.pt", "wandb/settings"], check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], check=True)
+    return root
+
+
+def test_only_tracked_files_minus_secrets_and_weights_are_uploaded(checkout):
+    assert submit.upload_files(submit.SubmitConfig(working_dir=str(checkout))) == sorted(SOURCE)
+
+
+def test_includes_add_untracked_files_but_never_secrets(checkout):
+    cfg = submit.SubmitConfig(working_dir=str(checkout), includes=["extra"])
+    assert submit.upload_files(cfg) == sorted(SOURCE + ["extra/config.yaml"])
+    for bad in (".env", ".ssh", "checkpoints", "../outside", "missing.txt"):
+        with pytest.raises(ValueError, match="--include"):
+            submit.upload_files(submit.SubmitConfig(working_dir=str(checkout), includes=[bad]))
+
+
+def test_a_directory_outside_git_is_refused(tmp_path):
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ValueError, match="git checkout"):
+        submit.upload_files(submit.SubmitConfig(working_dir=str(tmp_path / "plain")))
+
+
+class _Status:
+    value = "SUCCEEDED"
+
+    def is_terminal(self):
+        return True
+
+
+class _Client:
+    def __init__(self):
+        self.uploaded: list[str] = []
+
+    def submit_job(self, entrypoint, runtime_env, submission_id, metadata):
+        root = Path(runtime_env["working_dir"])
+        self.uploaded = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        return "job-1"
+
+    def get_job_status(self, job_id):
+        return _Status()
+
+    def get_job_logs(self, job_id):
+        raise AssertionError("--follow must stream the log, not download all of it again")
+
+    async def tail_job_logs(self, job_id):
+        for chunk in ("line 1\n", "line 2\n"):
+            yield chunk
+
+
+def test_submit_run_hands_ray_only_the_staged_files_and_streams_logs(checkout, monkeypatch, capsys):
+    client = _Client()
+    monkeypatch.setattr(submit, "make_client", lambda address, token=None: client)
+    cfg = submit.SubmitConfig(working_dir=str(checkout), wait=True, follow=True, timeout_s=10)
+    assert submit.submit_run(["--preset", "cpu-tiny"], cfg) == "job-1"
+    assert client.uploaded == sorted(SOURCE)
+    assert capsys.readouterr().out == "line 1\nline 2\n"
+
+
+@pytest.mark.parametrize("address", ["http://10.0.0.5:8265", "head:8265", "http://ray.example.com:8265", "ws://1.2.3.4"])
+def test_token_is_never_sent_in_clear_text_to_another_host(address):
+    with pytest.raises(ValueError, match="clear text"):
+        submit.check_token_transport(address, "tok")
+    with pytest.raises(ValueError, match="clear text"):
+        submit.make_client(address, "tok")
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:8265", "http://localhost:8265", "http://[::1]:8265",
+                                     "https://ray.example.com:8265"])
+def test_token_may_go_to_loopback_or_over_https(address):
+    submit.check_token_transport(address, "tok")
+    submit.check_token_transport("http://10.0.0.5:8265", None)  # no token, nothing to protect
