@@ -126,6 +126,8 @@ class SFTConfig:
     """Seed of model init order, batching and detours."""
     freeze_vision: bool = True
     """Full mode on a VLM: keep the vision encoder frozen (its merger still trains); much cheaper on CPU."""
+    localization_weight: float = 1.0
+    """Weight of the agent-localisation loss of models that have one (MazeVLM's agent token: cross-entropy of its agent scores against the agent's cell); other models ignore it."""
     checkpoint: str = ""
     """Use this SFT checkpoint (a model dir, or an adapter dir in lora mode) instead of <run_dir>/sft/model."""
 

@@ -248,7 +248,8 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
 
     try:
         final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
-                                 pad_id=tokenizer.pad_token_id, image_processor=image_processor, log=on_step)
+                                 pad_id=tokenizer.pad_token_id, image_processor=image_processor,
+                             localization_weight=config.sft.localization_weight, log=on_step)
     finally:
         progress.close()
     if config.sft.mode == "full":

@@ -138,7 +138,7 @@ def demo_turns(
         ids, images = encoder.encode(build_messages(system, past, current, history, history_k))
         reply = format_action(int(action))
         turns.append(Turn(prompt_ids=ids, response_ids=encoder.tokenize_text(reply) + [eos_id], images=list(images),
-                          action=int(action), text=reply))
+                          action=int(action), text=reply, state="{},{}".format(*env.agent_pos)))
         past.append((current, reply))
         obs, _, terminated, truncated, info = env.step(int(action))
         if "image" in obs:
@@ -169,9 +169,12 @@ class DemoStream:
 
 
 # --------------------------------------------------------------------------- the loss
-def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, image_processor: Any = None) -> tuple[torch.Tensor, int]:
+def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, image_processor: Any = None,
+                 localization_weight: float = 0.0) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood of the reply tokens of ``turns`` (prompt tokens masked out).
 
+    With ``localization_weight > 0`` and a model that takes ``agent_cells`` (MazeVLM), adds that
+    weight times the model's agent-localisation loss (each turn's one image, its ``state`` cell).
     Returns the loss and the number of reply tokens it averages over.
     """
     rows = [t.input_ids for t in turns]
@@ -194,10 +197,25 @@ def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, ima
         image_token_id = getattr(model.config, "image_token_id", None)
         if image_token_id is not None:  # Qwen-VL M-RoPE needs the modality of every token
             extra["mm_token_type_ids"] = (ids == image_token_id).to(torch.int)
-    logits = model(input_ids=ids, attention_mask=attention, use_cache=False, **extra).logits.float()
+        if localization_weight > 0 and takes_agent_cells(model) and all(len(t.images) == 1 and t.state for t in turns):
+            cols = extra["image_grid_thw"][:, 2].tolist()
+            cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
+            extra["agent_cells"] = torch.tensor([r * w + c for (r, c), w in zip(cells, cols)])
+    out = model(input_ids=ids, attention_mask=attention, use_cache=False, **extra)
+    logits = out.logits.float()
     targets = labels[:, 1:]
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    if getattr(out, "aux_loss", None) is not None:
+        loss = loss + localization_weight * out.aux_loss
     return loss, int((targets != -100).sum())
+
+
+def takes_agent_cells(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or the model inside a PEFT wrapper) has an agent-localisation loss (MazeVLM)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "agent_cells" in inspect.signature(base.forward).parameters
 
 
 def seed_everything(seed: int) -> None:
@@ -217,6 +235,7 @@ def train_sft(
     lr: float,
     pad_id: int,
     image_processor: Any = None,
+    localization_weight: float = 0.0,
     warmup: int = 10,
     log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
@@ -239,7 +258,7 @@ def train_sft(
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         turns = demos.batch(batch_size)
-        loss, ntok = response_nll(model, turns, pad_id, image_processor)
+        loss, ntok = response_nll(model, turns, pad_id, image_processor, localization_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)

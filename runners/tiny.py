@@ -285,7 +285,9 @@ def build_maze_vlm(out_dir: str | os.PathLike, seed: int = 0, cell_px: int = 25,
     out_dir = Path(out_dir)
     tokenizer = build_tokenizer()
     token_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    text = _text_config_dict(len(tokenizer), token_ids, **overrides)
+    # Untied output head and a larger init: measured to break the early plateau of reading the
+    # vision tokens (reply NLL 0.4-0.5 after 140 steps instead of still at chance).
+    text = _text_config_dict(len(tokenizer), token_ids, **{"tie_word_embeddings": False, "initializer_range": 0.1, **overrides})
     config = dict(text, vision_config={**DEFAULT_VISION_CONFIG, **(vision or {})},
                   image_token_id=token_ids["<|image_pad|>"], vision_start_token_id=token_ids["<|vision_start|>"],
                   vision_end_token_id=token_ids["<|vision_end|>"])

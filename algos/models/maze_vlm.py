@@ -10,7 +10,8 @@ The usual VLM shape (LLaVA, Qwen-VL): vision encoder -> projector -> language mo
 * **Vision encoder** (:class:`RecurrentConvEncoder`): a linear patch embedding, then one
   residual block of two 3x3 convs applied ``iterations`` times over the cell grid, with the
   embedded input concatenated at every iteration (the "Deep Thinking" recall architecture of
-  Schwarzschild et al. 2021 / Bansal et al. 2022). Locality plus recurrence is the inductive bias
+  Schwarzschild et al. 2021 / Bansal et al. 2022), then an agent context pooled over the cells
+  (see :meth:`RecurrentConvEncoder.forward`). Locality plus recurrence is the inductive bias
   that lets a ~30k-parameter net learn maze routing; ``iterations`` can be raised at inference for
   larger mazes (:func:`set_vision_iterations`).
 * **Projector**: a two-layer MLP from each cell's features to the LM's embedding size.
@@ -30,8 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from dataclasses import dataclass
+
 from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 MODEL_TYPE = "mazegym_maze_vlm"
 
@@ -56,18 +60,25 @@ class MazeVLMConfig(Qwen2Config):
 class RecurrentConvEncoder(nn.Module):
     """Patch embedding, then a weight-tied residual conv block repeated over the cell grid."""
 
-    def __init__(self, patch_px: int, width: int, iterations: int, pool_token: bool = False):
+    def __init__(self, patch_px: int, width: int, iterations: int):
         super().__init__()
         self.iterations = iterations
-        self.pool_token = pool_token
         self.patch_embed = nn.Linear(3 * patch_px * patch_px, width)
         self.conv_in = nn.Conv2d(2 * width, width, 3, padding=1)
         self.conv_out = nn.Conv2d(width, width, 3, padding=1)
-        if pool_token:
-            self.pool_score = nn.Linear(width, 1)
+        self.agent_score = nn.Linear(width, 1)
+        # A learned temperature (as CLIP's logit scale) so the saliency sharpens in tens of steps, not hundreds.
+        self.score_scale = nn.Parameter(torch.tensor(10.0))
 
-    def forward(self, grid: torch.Tensor, iterations: int | None = None) -> torch.Tensor:
-        """``grid``: [B, H, W, 3*p*p] flattened patches -> [B, H*W, 2*width] per-cell features."""
+    def forward(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``grid``: [B, H, W, 3*p*p] flattened patches -> ([B, H*W, 4*width] tokens, [B, H*W] agent scores).
+
+        One token per cell (row-major): the cell's own features concatenated with a global
+        *agent context*, the features of all cells pooled with a softmax over ``agent_scores`` (a
+        learned saliency read from what each cell shows; CLIP-style attention pooling). Trained to
+        peak on the agent's cell, the context hands every token the routing state where the
+        decision is made, so the language model needs no sharp attention to read it.
+        """
         batch, rows, cols, _ = grid.shape
         recall = torch.relu(self.patch_embed(grid)).permute(0, 3, 1, 2)  # [B, C, H, W]
         state = torch.zeros_like(recall)
@@ -76,10 +87,16 @@ class RecurrentConvEncoder(nn.Module):
             state = torch.relu(state + self.conv_out(update))
         features = torch.cat([state, recall], dim=1)  # the LM reads the routing state and what the cell shows
         features = features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)
-        if self.pool_token:
-            weights = torch.softmax(self.pool_score(recall.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)), dim=1)
-            features = torch.cat([features, (weights * features).sum(1, keepdim=True)], dim=1)
-        return features
+        scores = self.agent_score(recall.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)).squeeze(-1)
+        agent = (torch.softmax(scores * self.score_scale, dim=1)[..., None] * features).sum(1, keepdim=True)
+        return torch.cat([features, agent.expand_as(features)], dim=-1), scores * self.score_scale
+
+
+@dataclass
+class MazeVLMOutput(CausalLMOutputWithPast):
+    """Causal-LM output plus the optional agent-localisation loss."""
+
+    aux_loss: torch.FloatTensor | None = None
 
 
 class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
@@ -90,51 +107,60 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
     def __init__(self, config: MazeVLMConfig):
         super().__init__(config)
         vision = config.vision_config
-        self.vision_tower = RecurrentConvEncoder(vision["patch_px"], vision["width"], vision["iterations"],
-                                                 vision.get("pool_token", False))
+        self.vision_tower = RecurrentConvEncoder(vision["patch_px"], vision["width"], vision["iterations"])
         self.multi_modal_projector = nn.Sequential(
-            nn.Linear(2 * vision["width"], config.hidden_size), nn.GELU(), nn.Linear(config.hidden_size, config.hidden_size))
+            nn.Linear(4 * vision["width"], config.hidden_size), nn.GELU(), nn.Linear(config.hidden_size, config.hidden_size))
         self.post_init()
 
-    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        """Projected features of every cell of every image, image after image, row-major: [cells, hidden]."""
+    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Projected vision tokens of all images, image after image ([tokens, hidden]), and each image's agent scores."""
         patch_dim = pixel_values.shape[-1]
         sizes = [(int(r), int(c)) for _, r, c in image_grid_thw.tolist()]
         pieces = torch.split(pixel_values, [r * c for r, c in sizes])
-        extra = 1 if self.vision_tower.pool_token else 0
-        out: list[torch.Tensor | None] = [None] * len(sizes)
+        tokens: list[torch.Tensor] = [torch.empty(0)] * len(sizes)
+        scores: list[torch.Tensor] = [torch.empty(0)] * len(sizes)
         # Images of the same grid size run as one batch through the recurrence.
         for shape in dict.fromkeys(sizes):
             idx = [i for i, s in enumerate(sizes) if s == shape]
             grid = torch.stack([pieces[i] for i in idx]).reshape(len(idx), shape[0], shape[1], patch_dim)
-            feats = self.multi_modal_projector(self.vision_tower(grid))
+            feats, agent_scores = self.vision_tower(grid)
+            feats = self.multi_modal_projector(feats)
             for j, i in enumerate(idx):
-                out[i] = feats[j]
-        del extra
-        return torch.cat(out)  # type: ignore[arg-type]
+                tokens[i], scores[i] = feats[j], agent_scores[j]
+        return torch.cat(tokens), scores
 
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.LongTensor | None = None, past_key_values: Any = None,
                 inputs_embeds: torch.FloatTensor | None = None, labels: torch.LongTensor | None = None,
                 use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
                 pixel_values: torch.Tensor | None = None, image_grid_thw: torch.Tensor | None = None,
-                mm_token_type_ids: torch.Tensor | None = None, **kwargs: Any):
-        """Causal-LM forward; cell features replace the image placeholder embeddings when ``pixel_values`` is given."""
+                mm_token_type_ids: torch.Tensor | None = None, agent_cells: torch.Tensor | None = None, **kwargs: Any):
+        """Causal-LM forward; vision tokens replace the image placeholder embeddings when ``pixel_values`` is given.
+
+        ``agent_cells`` (optional, one row-major cell index per image) adds ``aux_loss``: the
+        cross-entropy of the agent scores against the agent's true cell (a localisation loss for
+        supervised training, like a detector's; generation never needs it).
+        """
         del mm_token_type_ids  # accepted for Qwen-VL call compatibility; this model uses plain 1-D RoPE
         if inputs_embeds is None:
             inputs_embeds = self.model.embed_tokens(input_ids)
+        aux_loss = None
         if pixel_values is not None and input_ids is not None:
             is_image = input_ids == self.config.image_token_id
             # During cached decoding the new tokens hold no placeholders: skip the encoder.
             if bool(is_image.any()):
-                feats = self.image_features(pixel_values.to(inputs_embeds.dtype), image_grid_thw)
+                feats, scores = self.image_features(pixel_values.to(inputs_embeds.dtype), image_grid_thw)
                 if feats.shape[0] != int(is_image.sum()):
-                    raise ValueError(f"{int(is_image.sum())} image placeholder tokens but the images have "
-                                     f"{feats.shape[0]} cells")
+                    raise ValueError(f"{int(is_image.sum())} image placeholder tokens but the images need "
+                                     f"{feats.shape[0]} (one per cell)")
                 inputs_embeds = inputs_embeds.masked_scatter(is_image[..., None], feats)
-        return super().forward(input_ids=None, attention_mask=attention_mask, position_ids=position_ids,
-                               past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
-                               use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+                if agent_cells is not None:
+                    aux_loss = torch.stack([nn.functional.cross_entropy(s[None].float(), c.view(1).to(s.device))
+                                            for s, c in zip(scores, agent_cells)]).mean()
+        out = super().forward(input_ids=None, attention_mask=attention_mask, position_ids=position_ids,
+                              past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
+                              use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+        return MazeVLMOutput(**out, aux_loss=aux_loss)
 
     def prepare_inputs_for_generation(self, input_ids, past_key_values=None, pixel_values=None, image_grid_thw=None,
                                       is_first_iteration=False, **kwargs):

@@ -248,10 +248,10 @@ class LoRALMPolicy:
         return out
 
     def image_token_count(self, image: Any) -> int:
-        """How many image placeholder tokens the prompt needs for ``image`` (Qwen-VL style)."""
-        processed = self.image_processor(images=[_to_pil(image)], return_tensors="pt")
+        """How many image placeholder tokens the prompt needs for ``image`` (the processor's count / merge^2)."""
+        width, height = _to_pil(image).size
         merge = getattr(self.image_processor, "merge_size", 2)
-        return int(processed["image_grid_thw"][0].prod().item()) // (merge * merge)
+        return int(self.image_processor.get_number_of_image_patches(height, width, {})) // (merge * merge)
 
     # -------------------------------------------------------------------- adapter on disk
     def save_adapter(self, directory: str | os.PathLike) -> Path:

@@ -1,0 +1,174 @@
+"""MazeVLM: Auto-class loading, the processor's token count, batching, generation, LoRA round trips, SFT learning."""
+
+import numpy as np
+import pytest
+import torch
+
+import algos.models  # noqa: F401  (registers MazeVLM)
+from algos.models.maze_vlm import MazeVLMForConditionalGeneration, MazeVLMImageProcessor, set_vision_iterations
+from mazegym.render import render_frame
+from mazegym.evalsets import load_eval_set
+from runners.tiny import build_maze_vlm
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_maze_vlm(tmp_path_factory.mktemp("models") / "maze_vlm", hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                          vision={"width": 8, "iterations": 4})
+
+
+def frame(spec, cell=None):
+    return render_frame(spec.grid, cell or spec.start, spec.goal)
+
+
+def inputs_for(model_dir, images):
+    """Prompt ids with the right number of image placeholders, plus pixel inputs."""
+    from transformers import AutoConfig, AutoImageProcessor
+
+    config = AutoConfig.from_pretrained(model_dir)
+    processor = AutoImageProcessor.from_pretrained(model_dir)
+    ids = []
+    for image in images:
+        n = processor.get_number_of_image_patches(image.shape[0], image.shape[1], {})
+        ids.append([1] + [config.image_token_id] * n + [2])
+    width = max(len(r) for r in ids)
+    assert all(len(r) == width for r in ids), "test helper: same-size images only"
+    pixels = processor(images=images, return_tensors="pt")
+    return torch.tensor(ids), pixels
+
+
+def test_auto_classes_load_it_by_path(model_dir):
+    from transformers import AutoConfig, AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(model_dir)
+    assert config.model_type == "mazegym_maze_vlm" and config.vision_config["iterations"] == 4
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    assert isinstance(model, MazeVLMForConditionalGeneration)
+    assert isinstance(AutoImageProcessor.from_pretrained(model_dir), MazeVLMImageProcessor)
+    assert AutoTokenizer.from_pretrained(model_dir).chat_template
+    # The VLM shape: vision encoder -> projector -> language model.
+    assert {"vision_tower", "multi_modal_projector", "model", "lm_head"} <= {n for n, _ in model.named_children()}
+
+
+def test_processor_gives_one_token_per_cell():
+    processor = MazeVLMImageProcessor(cell_px=25, patch_px=5)
+    assert processor.get_number_of_image_patches(225, 225, {}) == 81
+    assert processor.get_number_of_image_patches(275, 275, {}) == 121
+    out = processor(images=[np.zeros((225, 225, 3), np.uint8), np.zeros((275, 275, 3), np.uint8)], return_tensors="pt")
+    assert out["pixel_values"].shape == (81 + 121, 75)
+    assert out["image_grid_thw"].tolist() == [[1, 9, 9], [1, 11, 11]]
+    with pytest.raises(ValueError, match="whole number"):
+        processor(images=[np.zeros((210, 225, 3), np.uint8)])
+
+
+def test_mixed_maze_sizes_in_one_batch_equal_separate_forwards(model_dir):
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    small = frame(load_eval_set("VisMaze-v0")[0])
+    large = frame(load_eval_set("VisMaze-Hard-v0")[0])
+    ids_s, pix_s = inputs_for(model_dir, [small])
+    ids_l, pix_l = inputs_for(model_dir, [large])
+    with torch.no_grad():
+        alone_s = model(input_ids=ids_s, **pix_s).logits[0, -1]
+        alone_l = model(input_ids=ids_l, **pix_l).logits[0, -1]
+        # One batch, right-padded: image tokens of both images in order.
+        pad = ids_l.shape[1] - ids_s.shape[1]
+        ids = torch.cat([torch.cat([ids_s, torch.zeros(1, pad, dtype=torch.long)], 1), ids_l])
+        mask = torch.ones_like(ids)
+        mask[0, ids_s.shape[1]:] = 0
+        processor = MazeVLMImageProcessor()
+        both = model(input_ids=ids, attention_mask=mask, **processor(images=[small, large], return_tensors="pt")).logits
+    torch.testing.assert_close(both[0, ids_s.shape[1] - 1], alone_s, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(both[1, -1], alone_l, atol=1e-5, rtol=1e-5)
+
+
+def test_vision_iterations_can_be_raised_at_inference(model_dir):
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    ids, pix = inputs_for(model_dir, [frame(load_eval_set("VisMaze-v0")[0])])
+    with torch.no_grad():
+        before = model(input_ids=ids, **pix).logits
+        set_vision_iterations(model, 9)
+        after = model(input_ids=ids, **pix).logits
+    assert model.vision_tower.iterations == 9
+    assert not torch.allclose(before, after)
+    with pytest.raises(ValueError):
+        set_vision_iterations(model, 0)
+
+
+def test_placeholder_count_mismatch_is_an_error(model_dir):
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    ids, pix = inputs_for(model_dir, [frame(load_eval_set("VisMaze-v0")[0])])
+    with pytest.raises(ValueError, match="placeholder"):
+        model(input_ids=ids[:, 5:], **pix)
+
+
+def test_hf_generator_plays_image_prompts(model_dir):
+    from runners.generation.base import Prompt, SamplingConfig
+    from runners.generation.hf import HFGenerator
+    from mazegym.llm import build_messages, system_prompt, user_message
+    import gymnasium as gym
+    import mazegym  # noqa: F401
+
+    generator = HFGenerator(model_dir)
+    env = gym.make("VisMaze-v0", obs_mode="image")
+    obs, info = env.reset(seed=0)
+    messages = build_messages(system_prompt(9, 20, "image"), [], user_message(obs, info, obs_mode="image"), "none", 0)
+    ids, images = generator.encoder.encode(messages)
+    assert ids.count(generator.image_token_id) == 81
+    results = generator.generate([Prompt(prompt_ids=ids, images=images)] * 3, SamplingConfig(max_new_tokens=4, temperature=1.0, seed=0))
+    assert len(results) == 3 and all(1 <= len(r.response_ids) <= 4 for r in results)
+    # Recorded log-probs equal teacher-forced scoring of the same reply.
+    scored = generator.score(ids, results[0].response_ids, images)
+    np.testing.assert_allclose(scored, results[0].logprobs, atol=1e-4)
+
+
+def test_lora_with_trained_vision_tower_round_trips_and_merges(model_dir, tmp_path):
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+    from algos.data import Turn
+    from transformers import AutoImageProcessor
+
+    lora = LoRAConfig(rank=4, alpha=8, modules_to_save=["vision_tower"])
+    policy = LoRALMPolicy.from_pretrained(model_dir, lora, dtype=torch.float32)
+    trained = {n for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert any("lora_" in n for n in trained) and any("vision_tower" in n for n in trained)
+    assert not any("vision_tower" in n and "lora_" in n for n in trained), "LoRA stays on the language model"
+    with torch.no_grad():  # move the adapter and the encoder away from their init
+        for name, param in policy.model.named_parameters():
+            if param.requires_grad:
+                param.add_(0.05 * torch.randn_like(param))
+    image = frame(load_eval_set("VisMaze-v0")[3])
+    ids, _ = inputs_for(model_dir, [image])
+    turn = Turn(prompt_ids=ids[0].tolist(), response_ids=[7, 8, 9], images=[image])
+    before = policy.evaluate([turn]).logprobs
+    policy.save_adapter(tmp_path / "adapter")
+    fresh = LoRALMPolicy.from_pretrained(model_dir, lora, dtype=torch.float32, adapter=tmp_path / "adapter")
+    torch.testing.assert_close(fresh.evaluate([turn]).logprobs, before)
+    # Merged model (LoRA folded in, trained encoder kept) scores the same.
+    merged = fresh.model.merge_and_unload()
+    merged_policy = LoRALMPolicy(merged, LoRAConfig(rank=1), image_processor=AutoImageProcessor.from_pretrained(model_dir),
+                                 pad_token_id=0)
+    with merged_policy.model.disable_adapter():
+        torch.testing.assert_close(merged_policy.evaluate([turn]).logprobs, before, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_sft_learns_to_localise_the_agent_and_to_move(tmp_path):
+    """A short SFT run: the localisation loss collapses and the reply NLL falls far below chance."""
+    from runners.config import apply_overrides
+    from runners.local import run_sft
+    from runners.presets import get_preset
+    import json
+
+    config = apply_overrides(get_preset("cpu-maze-vlm"), [f"run_dir={tmp_path}", "sft.steps=120", "sft.batch_size=32",
+                                                          "logging.progress=false"])
+    run_sft(config, log=lambda _: None)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] \
+        if (tmp_path / "metrics.jsonl").exists() else []
+    info = json.loads((tmp_path / "sft" / "sft_info.json").read_text())
+    assert info["final"]["loss"] < 0.6 * (records[0]["sft/loss"] if records else 5.0)
