@@ -162,6 +162,8 @@ class EvalConfig:
     """Decoding temperature for evaluation (0 = greedy, the default)."""
     before_rl: bool = True
     """Evaluate the SFT start before the first RL step (the "before" row of the table)."""
+    scale_vision_iterations: bool = True
+    """Models with a recurrent vision encoder (MazeVLM): on sets of larger mazes than maze.size, run ceil(iterations x set size / maze.size) encoder iterations (no retraining)."""
 
 
 @dataclass

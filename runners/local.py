@@ -24,6 +24,7 @@ same metrics at step n as an uninterrupted run, bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -412,7 +413,39 @@ def sync_step(policy: Any, generator: Any, sync: Any, version: int, probe: Any =
 
 def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) -> dict[str, Any]:
     """Greedy (or eval.temperature) evaluation on a fixed set (default: maze.eval_set)."""
-    return evaluate_set(generator, set_name or config.maze.eval_set, rollout_config(config), temperature=config.eval.temperature)
+    name = set_name or config.maze.eval_set
+    with vision_iterations_for(generator, config, name) as iterations:
+        result = evaluate_set(generator, name, rollout_config(config), temperature=config.eval.temperature)
+    if iterations:
+        result["vision_iterations"] = iterations
+    return result
+
+
+@contextlib.contextmanager
+def vision_iterations_for(generator: Any, config: TrainConfig, set_name: str):
+    """Within the block, a recurrent vision encoder runs more iterations on sets of larger mazes.
+
+    Yields the iteration count used (None when the model has no recurrent encoder, scaling is
+    off, or the set's mazes are not larger than ``maze.size``); restores the count afterwards.
+    """
+    from algos.models.maze_vlm import RecurrentConvEncoder
+    from mazegym.evalsets import EVAL_SETS
+
+    model = getattr(generator, "model", None)
+    encoders = [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)] if isinstance(model, torch.nn.Module) else []
+    size = EVAL_SETS[set_name].size
+    if not encoders or not config.eval.scale_vision_iterations or size <= config.maze.size:
+        yield None
+        return
+    saved = [e.iterations for e in encoders]
+    iterations = int(np.ceil(saved[0] * size / config.maze.size))
+    try:
+        for e in encoders:
+            e.iterations = iterations
+        yield iterations
+    finally:
+        for e, n in zip(encoders, saved):
+            e.iterations = n
 
 
 def rng_state() -> dict[str, Any]:

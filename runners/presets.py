@@ -1,16 +1,17 @@
 """Named presets: complete, validated starting points for ``mazegym train --preset NAME``.
 
-* ``cpu-tiny`` (the default): the main job on a laptop CPU. A tiny Qwen2 text LM built from a
-  config (nothing downloaded) reads the ASCII map of 7x7 mazes; full-weight SFT on oracle
-  demonstrations with a small data budget (300 steps x 64 moves: ~36% greedy solve rate), then
-  LoRA GRPO on top of the SFT weights (12 steps x 16 mazes x 8 rollouts at temperature 0.7,
-  lr 1e-4, sparse task reward, episodes weighted equally), evaluated greedily on the fixed stored
-  64-maze set ``heldout-7x7``. Measured from the same SFT start (23/64): 12 GRPO steps at T=0.7,
-  lr 1e-4 gave 24, 24, 24, 26 solved at steps 3/6/9/12 (+4.7 points); T=1.0 or lr >= 3e-4
-  (with or without shaping / turn-level credit, or GiGPO) stayed flat or collapsed (down to 8/64).
-  This is far from the case study's lift (issue 5 stays open): the recipe is the best measured,
-  not a fix. The limit is the model: SFT alone with 4x the data reaches only 50% (README).
-* ``cpu-tiny-vlm``: the same recipe with a tiny Qwen2-VL reading the *image* of the maze
+* ``cpu-tiny`` (the default): a tiny Qwen2 text LM built from a config (nothing downloaded) reads
+  the ASCII map of 7x7 mazes; full-weight SFT on oracle demonstrations (300 steps x 64 moves),
+  then LoRA GRPO on the SFT weights (12 steps x 16 mazes x 8 rollouts, T=0.7, lr 1e-4), evaluated
+  greedily on the fixed 64-maze set ``heldout-7x7``. Measured results (and why this small
+  transformer cannot reach the case study's 95%) are in the README.
+* ``cpu-maze-vlm``: the case study's shape in miniature, on VisMaze-v0's own images and its fixed
+  64 mazes: MazeVLM (:mod:`algos.models.maze_vlm`: recurrent conv vision encoder -> projector ->
+  one-layer Qwen2 decoder) trained from scratch by SFT on BFS demonstrations (with the agent
+  localisation loss), then LoRA GiGPO on the decoder with the vision encoder trained in full
+  inside the adapter (``lora.modules_to_save=vision_tower``). It runs end to end; the RL lift is
+  not there yet (README, "The visual row").
+* ``cpu-tiny-vlm``: the text recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,
   GRPO, 6 GPUs (Ray runner, colocated vLLM engines), 9x9 VisMaze-v0, evaluated on its 64 mazes.
@@ -28,7 +29,7 @@ from runners.config import TrainConfig, apply_overrides
 QWEN3_VL_8B_PATH_ENV = "MAZEGYM_QWEN3_VL_8B"
 """Environment variable naming the local Qwen3-VL-8B directory (default /models/Qwen3-VL-8B-Instruct)."""
 
-DEFAULT_PRESET = "cpu-maze-vlm"
+DEFAULT_PRESET = "cpu-tiny"
 
 
 def cpu_tiny() -> TrainConfig:
@@ -55,14 +56,14 @@ def cpu_tiny_vlm() -> TrainConfig:
 
 
 def cpu_maze_vlm() -> TrainConfig:
-    """The CPU default: the case study in miniature (MazeVLM on VisMaze-v0 images; see the module docstring)."""
+    """The case study in miniature: MazeVLM on VisMaze-v0 images, SFT then LoRA GiGPO (see the module docstring)."""
     return apply_overrides(TrainConfig(run_dir="runs/cpu-maze-vlm", preset="cpu-maze-vlm"), [
         "model.tiny=maze-vlm", "model.tiny_layers=1", "model.tiny_hidden=64",
         "model.vision_width=32", "model.vision_iterations=20", "model.vision_patch_px=5",
         "maze.size=9", "maze.eval_set=VisMaze-v0", "maze.heldout_sets=VisMaze-Hard-v0,heldout-13x13",
         "rollout.max_moves=20", "rollout.history=none", "rollout.obs_mode=image",
         "rollout.group_size=8", "rollout.temperature=1.0", "rollout.max_new_tokens=6",
-        "sft.mode=full", "sft.freeze_vision=false", "sft.steps=200", "sft.batch_size=64", "sft.lr=2e-3",
+        "sft.mode=full", "sft.freeze_vision=false", "sft.steps=400", "sft.batch_size=64", "sft.lr=2e-3",
         "lora.rank=16", "lora.alpha=32", "lora.modules_to_save=vision_tower",
         "algo.name=gigpo", "algo.lr=3e-4", "algo.minibatch_size=0", "algo.micro_batch_size=128", "algo.old_logprobs=rollout",
         "algo.filter_zero_variance=true", "algo.episode_mean=true",

@@ -442,9 +442,10 @@ class RolloutTrainWorker:
         if not mazes:
             return []
         rollout = eval_rollout_config(local.rollout_config(c), set_name, c.eval.temperature)
-        if c.eval.temperature <= 0:
-            return evaluate_mazes(self.generator, mazes, rollout, seed=start)
-        return play_episodes(self.generator, mazes, rollout, 1, seed=start)
+        with local.vision_iterations_for(self.generator, c, set_name):
+            if c.eval.temperature <= 0:
+                return evaluate_mazes(self.generator, mazes, rollout, seed=start)
+            return play_episodes(self.generator, mazes, rollout, 1, seed=start)
 
     def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict,
                         run_id: str | None = None) -> str | None:

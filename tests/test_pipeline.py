@@ -61,3 +61,37 @@ def test_sft_then_grpo_raises_solve_rate(tmp_path):
     out = export(cfg, merged=True)
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
     assert (out / "merged" / "config.json").is_file() and "vllm serve" in (out / "SERVING.md").read_text()
+
+
+@pytest.mark.slow
+def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
+    """The default visual preset on a tiny budget: SFT (with the localisation loss), GRPO-family RL with the
+    encoder trained inside the adapter, adapter sync into the HF sampler, checkpoint, resume, eval and export."""
+    import torch
+
+    from runners.export import export
+    from runners.local import train
+
+    torch.set_num_threads(1)
+    run = tmp_path / "run"
+    overrides = [f"run_dir={run}", "sft.steps=30", "sft.batch_size=16", "loop.steps=2", "loop.mazes_per_step=2",
+                 "rollout.group_size=4", "eval.every=0", "checkpoint.every=1", "logging.progress=false",
+                 "maze.heldout_sets=VisMaze-Hard-v0"]
+    cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides)
+    first = train(cfg, log=lambda m: None)
+    assert first.before["episodes"] == 64 and 0.0 <= first.after["solve_rate"] <= 1.0
+    records = read_jsonl(run / "metrics.jsonl", phase="rl")
+    assert [r["step"] for r in records] == [1, 2]
+    adapter = run / "final_adapter" / "adapter_model.safetensors"
+    from safetensors.torch import load_file
+
+    names = list(load_file(str(adapter)))
+    assert any("lora_" in n for n in names) and any("vision_tower" in n for n in names), names[:5]
+    # Two more steps resume from the step-2 checkpoint.
+    cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides[:3] + ["loop.steps=4"] + overrides[4:])
+    second = train(cfg, log=lambda m: None)
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl", phase="rl")] == [1, 2, 3, 4]
+    heldout = json.loads((run / "eval_results.json").read_text())["heldout"]["VisMaze-Hard-v0"]
+    assert heldout["episodes"] == 64 and heldout["vision_iterations"] == 25  # 20 x 11 / 9, rounded up
+    out = export(cfg, merged=True)
+    assert (out / "merged" / "config.json").is_file()
