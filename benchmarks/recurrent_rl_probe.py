@@ -37,6 +37,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--sft-steps", type=int, default=100, help="SFT steps of 128 demonstration moves (lr --sft-lr)")
     p.add_argument("--sft-lr", type=float, default=2e-3)
+    p.add_argument("--sft-cells", choices=["path", "all"], default="path",
+                   help="demonstrate the BFS move on the shortest path only, or at every open cell")
     p.add_argument("--mode", choices=["gigpo", "shaping", "dagger"], default="gigpo")
     p.add_argument("--lr", type=float, default=3e-4, help="learning rate of the on-policy stage")
     p.add_argument("--keep-optimizer", action="store_true", help="continue SFT's AdamW state instead of a fresh one")
@@ -105,7 +107,12 @@ def main() -> None:
     for _ in range(a.sft_steps):
         specs, cells, labels = [], [], []
         while len(specs) < 128:
-            spec, cell = next(demos), None
+            spec = next(demos)
+            if a.sft_cells == "all":
+                for r, c in np.argwhere(~spec.grid):
+                    if (int(r), int(c)) != spec.goal:
+                        specs.append(spec), cells.append((int(r), int(c))), labels.append(best_move(spec, (int(r), int(c))))
+                continue
             cell = spec.start
             while cell != spec.goal:
                 k = best_move(spec, cell)
