@@ -122,6 +122,8 @@ class SFTConfig:
     """Peak AdamW learning rate (linear warmup, cosine decay to 10%)."""
     detours: int = 0
     """Exploratory back-and-forth pairs inserted into each demonstration (VisGym's padded solver); 0 = shortest paths."""
+    random_starts: float = 0.0
+    """Fraction of demonstrations that start from a random open cell instead of the maze's start, so SFT also shows the moves at cells off the shortest path (the cells RL rollouts visit)."""
     seed: int = 0
     """Seed of model init order, batching and detours."""
     freeze_vision: bool = True
@@ -558,6 +560,8 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         raise ConfigError("model.tiny=maze-vlm reads the maze image only; set rollout.obs_mode=image")
     if config.lora.modules_to_save and config.loop.backend == "vllm":
         raise ConfigError("lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load; use loop.backend=hf or leave it empty")
+    if not 0.0 <= config.sft.random_starts <= 1.0:
+        raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")
     for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
         if _get(config, key) < 1:
             raise ConfigError(f"{key} must be >= 1, got {_get(config, key)}")

@@ -63,11 +63,11 @@ def cpu_maze_vlm() -> TrainConfig:
         "maze.size=9", "maze.eval_set=VisMaze-v0", "maze.heldout_sets=VisMaze-Hard-v0,heldout-13x13",
         "rollout.max_moves=20", "rollout.history=none", "rollout.obs_mode=image",
         "rollout.group_size=8", "rollout.temperature=1.0", "rollout.max_new_tokens=6",
-        "sft.mode=full", "sft.freeze_vision=false", "sft.steps=400", "sft.batch_size=64", "sft.lr=2e-3",
+        "sft.mode=full", "sft.freeze_vision=false", "sft.steps=400", "sft.batch_size=64", "sft.lr=2e-3", "sft.random_starts=1.0",
         "lora.rank=16", "lora.alpha=32", "lora.modules_to_save=vision_tower",
-        "algo.name=gigpo", "algo.lr=3e-4", "algo.minibatch_size=0", "algo.micro_batch_size=128", "algo.old_logprobs=rollout",
+        "algo.name=gigpo", "algo.lr=3e-4", "algo.gamma=0.9", "algo.minibatch_size=128", "algo.micro_batch_size=128", "algo.old_logprobs=rollout",
         "algo.filter_zero_variance=true", "algo.episode_mean=true",
-        "loop.steps=60", "loop.mazes_per_step=8", "loop.num_threads=1",
+        "loop.steps=60", "loop.mazes_per_step=8", "loop.num_threads=1", "loop.max_minutes=12",
         "eval.every=5", "checkpoint.every=10", "checkpoint.keep=2",
     ])
 

@@ -119,11 +119,16 @@ def demo_turns(
     rng: np.random.Generator | None = None,
     eos_id: int,
     env_kwargs: dict[str, Any] | None = None,
+    random_start: bool = False,
 ) -> list[Turn]:
     """One oracle play of ``spec`` as training turns, built exactly like a rollout turn.
 
     Detours that would not fit the move limit are dropped (the demo must succeed).
+    ``random_start`` starts the play from a uniformly random open cell instead of ``spec.start``
+    (never producing an evaluation maze), so demonstrations also cover cells off the shortest path.
     """
+    if random_start:
+        spec = _random_start(spec, rng or np.random.default_rng())
     actions = oracle_actions(spec, rng=rng, detours=detours)
     optimal = oracle_actions(spec)
     if len(actions) > max_moves:
@@ -147,6 +152,18 @@ def demo_turns(
             break
     env.close()
     return turns
+
+
+def _random_start(spec: MazeSpec, rng: np.random.Generator) -> MazeSpec:
+    """``spec`` with its start moved to a random open cell other than the goal (evaluation mazes excluded)."""
+    from mazegym.evalsets import is_eval_maze
+
+    cells = [(int(r), int(c)) for r, c in np.argwhere(~spec.grid) if (int(r), int(c)) != spec.goal]
+    for _ in range(10):
+        moved = MazeSpec(spec.grid, cells[int(rng.integers(len(cells)))], spec.goal)
+        if not is_eval_maze(moved.maze_id):
+            return moved
+    return spec
 
 
 class DemoStream:

@@ -121,3 +121,28 @@ def torch_tensor(values):
     import torch
 
     return torch.tensor(values)
+
+
+def test_sft_random_starts_cover_off_path_cells_and_never_an_eval_maze(tiny_generator):
+    """Demonstrations from random open cells: every turn is the BFS move there, the start varies, no eval maze."""
+    from mazegym.evalsets import MazeStream, is_eval_maze
+    from mazegym.solver import bfs_distances, MOVES
+    from runners.sft import _random_start, demo_turns
+
+    cfg, gen = tiny_generator
+    stream = MazeStream(size=7, seed=5)
+    rng = np.random.default_rng(0)
+    starts = set()
+    for _ in range(12):
+        maze = next(stream)
+        moved = _random_start(maze, rng)
+        assert moved.goal == maze.goal and not moved.grid[moved.start] and not is_eval_maze(moved.maze_id)
+        starts.add(moved.start)
+        turns = demo_turns(maze, gen.encoder, max_moves=16, obs_mode="text", history="none",
+                           eos_id=gen.tokenizer.eos_token_id, rng=np.random.default_rng(len(starts)), random_start=True)
+        dist = bfs_distances(maze.grid, maze.goal)
+        for t in turns:
+            r, c = (int(v) for v in t.state.split(","))
+            dr, dc = MOVES[t.action]
+            assert dist[r + dr, c + dc] == dist[r, c] - 1  # each demonstrated move is a shortest-path move
+    assert len(starts) > 6
