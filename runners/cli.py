@@ -353,7 +353,8 @@ def print_plan(config) -> int:
                               if config.sft.enabled != "never" else "no SFT (model.path is the start) -> ")
         + f"RL {config.algo.name} for {loop.steps} steps",
         f"  adapter      LoRA rank {config.lora.rank}, alpha {config.lora.alpha}, "
-        f"targets {config.lora.target_modules or 'all language-model linear layers (vision tower excluded)'}",
+        f"targets {config.lora.target_modules or 'all language-model linear layers (vision tower excluded)'}"
+        + (f"; trained in full inside it: {', '.join(config.lora.modules_to_save)}" if config.lora.modules_to_save else ""),
         f"  algorithm    {config.algo.name} {json.dumps(config.algo.params)}",
         f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= {r.max_moves} turns each,"
         f" obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
