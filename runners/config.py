@@ -129,7 +129,7 @@ class SFTConfig:
     freeze_vision: bool = True
     """Full mode on a VLM: keep the vision encoder frozen (its merger still trains); much cheaper on CPU."""
     localization_weight: float = 1.0
-    """Weight of the agent-localisation loss of models that have one (MazeVLM's agent token: cross-entropy of its agent scores against the agent's cell); other models ignore it."""
+    """Weight of the agent-localisation loss of models that have one (MazeVLM's agent context: cross-entropy of its agent scores against the agent's cell); other models ignore it."""
     checkpoint: str = ""
     """Use this SFT checkpoint (a model dir, or an adapter dir in lora mode) instead of <run_dir>/sft/model."""
 

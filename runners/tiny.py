@@ -181,16 +181,21 @@ def build_tiny_text_lm(out_dir: str | os.PathLike, seed: int = 0, **overrides: A
         return out_dir
 
     def write(tmp: Path) -> None:
-        import torch
         from transformers import Qwen2Config, Qwen2ForCausalLM
 
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(Qwen2Config(**config)).float()
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        _generation_config(token_ids).save_pretrained(tmp)
+        _write_model(tmp, lambda: Qwen2ForCausalLM(Qwen2Config(**config)), seed, tokenizer, token_ids)
 
     return _save_atomically(out_dir, write, "text", digest)
+
+
+def _write_model(tmp: Path, make_model, seed: int, tokenizer, token_ids: dict[str, int]) -> None:
+    """Seed, build ``make_model()`` in float32 and save it with the tokenizer and generation config into ``tmp``."""
+    import torch
+
+    torch.manual_seed(seed)
+    make_model().float().save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    _generation_config(token_ids).save_pretrained(tmp)
 
 
 def _generation_config(token_ids: dict[str, int]):
@@ -248,18 +253,13 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) 
         return out_dir
 
     def write(tmp: Path) -> None:
-        import torch
         from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
         try:  # transformers >= 5: the PIL backend works without torchvision
             from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil as Processor
         except ImportError:
             from transformers import Qwen2VLImageProcessor as Processor
 
-        torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(Qwen2VLConfig(**config)).float()
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        _generation_config(token_ids).save_pretrained(tmp)
+        _write_model(tmp, lambda: Qwen2VLForConditionalGeneration(Qwen2VLConfig(**config)), seed, tokenizer, token_ids)
         processor = Processor(min_pixels=IMAGE_MIN_PIXELS, max_pixels=IMAGE_MAX_PIXELS)
         processor.save_pretrained(tmp)
         # Write the class name every backend knows (the PIL variant is picked at load time
@@ -296,15 +296,9 @@ def build_maze_vlm(out_dir: str | os.PathLike, seed: int = 0, cell_px: int = 25,
         return out_dir
 
     def write(tmp: Path) -> None:
-        import torch
-
         from algos.models.maze_vlm import MazeVLMConfig, MazeVLMForConditionalGeneration, MazeVLMImageProcessor
 
-        torch.manual_seed(seed)
-        model = MazeVLMForConditionalGeneration(MazeVLMConfig(**config)).float()
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        _generation_config(token_ids).save_pretrained(tmp)
+        _write_model(tmp, lambda: MazeVLMForConditionalGeneration(MazeVLMConfig(**config)), seed, tokenizer, token_ids)
         MazeVLMImageProcessor(cell_px=cell_px, patch_px=config["vision_config"]["patch_px"]).save_pretrained(tmp)
 
     return _save_atomically(out_dir, write, "maze_vlm", digest)

@@ -223,10 +223,6 @@ class MazeVLMImageProcessor(BaseImageProcessor):
         data = {"pixel_values": np.concatenate(rows_out).astype(np.float32), "image_grid_thw": np.array(grids, dtype=np.int64)}
         return BatchFeature(data=data, tensor_type=return_tensors)
 
-    def __call__(self, images: Any = None, *args: Any, **kwargs: Any) -> BatchFeature:
-        """Same as :meth:`preprocess`."""
-        return self.preprocess(images, **kwargs)
-
 
 def _area_downsample(cells: np.ndarray, out_px: int) -> np.ndarray:
     """Average-pool the last two axes (a cell of ``cell_px`` pixels) down to ``out_px`` pixels."""
@@ -248,13 +244,5 @@ def register() -> None:
     AutoImageProcessor.register(MazeVLMConfig, image_processor_classes={"pil": MazeVLMImageProcessor}, exist_ok=True)
 
 
-def parameter_count(model: nn.Module) -> dict[str, int]:
-    """Parameters of the vision encoder, projector and language model."""
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
-    total = count(model)
-    vision, proj = count(model.vision_tower), count(model.multi_modal_projector)
-    return {"vision_encoder": vision, "projector": proj, "language_model": total - vision - proj, "total": total}
-
-
 __all__ = ["MazeVLMConfig", "MazeVLMForConditionalGeneration", "MazeVLMImageProcessor", "RecurrentConvEncoder",
-           "register", "set_vision_iterations", "parameter_count"]
+           "register", "set_vision_iterations"]
