@@ -50,6 +50,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--gamma", type=float, default=0.9)
     p.add_argument("--seconds", type=float, default=240)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-sft", default="", help="write the SFT weights here (safetensors)")
+    p.add_argument("--load-sft", default="", help="skip SFT and start from these weights (safetensors)")
     return p.parse_args()
 
 
@@ -59,8 +61,8 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     encoder = RecurrentConvEncoder(5, a.width, a.iterations)
-    head = torch.nn.Linear(2 * a.width, 4)
-    params = list(encoder.parameters()) + list(head.parameters())
+    head = encoder.action_head  # the encoder's own pretraining head (MazeVLM's vision pretraining objective)
+    params = list(encoder.parameters())
     processor = MazeVLMImageProcessor()
     evalset = load_eval_set("VisMaze-v0")
     distances: dict[str, np.ndarray] = {}
@@ -104,7 +106,12 @@ def main() -> None:
     optimizer = torch.optim.AdamW(params, lr=a.sft_lr, weight_decay=0.0)
     demos = MazeStream(size=9, seed=1, max_optimal_moves=20)
     t0 = time.time()
-    for _ in range(a.sft_steps):
+    if a.load_sft:
+        from safetensors.torch import load_file
+
+        state = load_file(a.load_sft)
+        encoder.load_state_dict({k[8:]: v for k, v in state.items() if k.startswith("encoder.")})
+    for _ in range(0 if a.load_sft else a.sft_steps):
         specs, cells, labels = [], [], []
         while len(specs) < 128:
             spec = next(demos)
@@ -123,6 +130,10 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
+    if a.save_sft:
+        from safetensors.torch import save_file
+
+        save_file({f"encoder.{k}": v for k, v in encoder.state_dict().items()}, a.save_sft)
     print(f"SFT {a.sft_steps} steps in {time.time() - t0:.0f}s: solved {sum(play(evalset, True)[0])}/64", flush=True)
 
     if a.keep_optimizer:

@@ -124,6 +124,10 @@ class SFTConfig:
     """Exploratory back-and-forth pairs inserted into each demonstration (VisGym's padded solver); 0 = shortest paths."""
     random_starts: float = 0.0
     """Fraction of demonstrations that start from a random open cell instead of the maze's start, so SFT also shows the moves at cells off the shortest path (the cells RL rollouts visit)."""
+    vision_steps: int = 0
+    """Vision-encoder pretraining steps before the SFT steps (models with a vision pretraining objective: MazeVLM): the encoder alone learns the demonstrated move from its agent context and the agent's cell, on the same demonstration stream (the demonstration budget is (vision_steps + steps) x batch_size moves). 0 = none."""
+    vision_lr: float = 2e-3
+    """Constant AdamW learning rate of vision pretraining."""
     seed: int = 0
     """Seed of model init order, batching and detours."""
     freeze_vision: bool = True

@@ -229,9 +229,6 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
 
         auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
         model = auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device)
-        if config.sft.freeze_vision:
-            freeze_vision_tower(model)
-        params = [p for p in model.parameters() if p.requires_grad]
     else:
         from algos.policies.lm import add_lora
 
@@ -239,8 +236,29 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
 
         auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
         model = add_lora(auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device), lora_config(config))
-        params = [p for p in model.parameters() if p.requires_grad]
     t0 = time.perf_counter()
+    vision_final: dict[str, float] = {}
+    if config.sft.vision_steps > 0:
+        if not sftmod.has_vision_pretraining(model):
+            raise cfgmod.ConfigError(f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining "
+                                     "objective (MazeVLM has one); set sft.vision_steps=0")
+        vision_progress = Progress(config.sft.vision_steps, desc="vision pretraining", enabled=config.logging.progress)
+
+        def on_vision_step(step: int, m: dict[str, float]) -> None:
+            vision_progress.update(1, loss=m["vision_loss"])
+            if metrics is not None:
+                metrics.log(step, m, phase="vision")
+
+        try:
+            vision_final = sftmod.pretrain_vision(model, demos, steps=config.sft.vision_steps, batch_size=config.sft.batch_size,
+                                                  lr=config.sft.vision_lr, image_processor=image_processor, log=on_vision_step)
+        finally:
+            vision_progress.close()
+        log(f"[sft] vision pretraining: {config.sft.vision_steps} steps, move accuracy "
+            f"{vision_final['vision_move_accuracy']:.2f} on its last batch")
+    if config.sft.mode == "full" and config.sft.freeze_vision:
+        freeze_vision_tower(model)
+    params = [p for p in model.parameters() if p.requires_grad]
     progress = Progress(config.sft.steps, desc="SFT", enabled=config.logging.progress)
 
     def on_step(step: int, m: dict[str, float]) -> None:
@@ -264,8 +282,10 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     else:
         target = out / "adapter"
         model.save_pretrained(str(target), safe_serialization=True)
-    info = {"steps": config.sft.steps, "batch_size": config.sft.batch_size, "demo_moves": config.sft.steps * config.sft.batch_size,
-            "mazes_seen": mazes.index, "seconds": time.perf_counter() - t0, "final": final, "mode": config.sft.mode}
+    demo_moves = (config.sft.vision_steps + config.sft.steps) * config.sft.batch_size
+    info = {"steps": config.sft.steps, "vision_steps": config.sft.vision_steps, "batch_size": config.sft.batch_size,
+            "demo_moves": demo_moves, "mazes_seen": mazes.index, "seconds": time.perf_counter() - t0, "final": final,
+            "vision_final": vision_final, "mode": config.sft.mode}
     write_json(out / "sft_info.json", info)
     atomic.write_text(out / "DONE", "ok\n")
     log(f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
@@ -274,7 +294,7 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
 
 
 def freeze_vision_tower(model: torch.nn.Module) -> int:
-    """Freeze the vision encoder except its merger (projector into the LM); returns the frozen tensor count.
+    """Freeze the vision encoder except its projector into the LM (Qwen-VL's merger); returns the frozen tensor count.
 
     Backpropagating through a from-scratch vision tower dominates tiny-VLM SFT cost on CPU; a
     frozen random patch embedding still separates the maze's few flat colours, and the trained
@@ -287,7 +307,7 @@ def freeze_vision_tower(model: torch.nn.Module) -> int:
     vision = re.compile(VISION_MODULE_PATTERN)
     frozen = 0
     for name, param in model.named_parameters():
-        if vision.fullmatch(name) and "merger" not in name:
+        if vision.fullmatch(name) and "merger" not in name and "multi_modal_projector" not in name:
             param.requires_grad_(False)
             frozen += 1
     return frozen

@@ -227,6 +227,59 @@ def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, ima
     return loss, int((targets != -100).sum())
 
 
+def has_vision_pretraining(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or the model inside a PEFT wrapper) defines a vision-encoder pretraining objective (MazeVLM)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return callable(getattr(base, "vision_pretraining_loss", None))
+
+
+def pretrain_vision(
+    model: torch.nn.Module,
+    demos: DemoStream,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    image_processor: Any,
+    log: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, float]:
+    """AdamW on the model's ``vision_pretraining_loss`` over ``steps`` batches of demonstration moves.
+
+    Only the vision encoder's parameters are updated (constant learning rate, gradients clipped
+    to norm 1). Each turn must show one image and record its agent cell (``Turn.state``) and move.
+    Returns the final metrics.
+    """
+    from runners.generation.prompts import to_pil
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = [p for p in base.vision_tower.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    model.train()
+    metrics: dict[str, float] = {}
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        turns = demos.batch(batch_size)
+        if not all(len(t.images) == 1 and t.state and t.action is not None for t in turns):
+            raise ValueError("vision pretraining needs image turns that record the agent's cell and the move")
+        processed = image_processor(images=[to_pil(t.images[0]) for t in turns], return_tensors="pt")
+        cols = processed["image_grid_thw"][:, 2].tolist()
+        cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
+        loss, accuracy = base.vision_pretraining_loss(
+            processed["pixel_values"], processed["image_grid_thw"],
+            agent_cells=torch.tensor([r * w + c for (r, c), w in zip(cells, cols)]),
+            actions=torch.tensor([int(t.action) for t in turns]))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        metrics = {"vision_loss": loss.item(), "vision_move_accuracy": accuracy, "grad_norm": float(grad_norm),
+                   "step_seconds": time.perf_counter() - t0}
+        if log is not None:
+            log(step, metrics)
+    model.eval()
+    return metrics
+
+
 def takes_agent_cells(model: torch.nn.Module) -> bool:
     """Whether ``model`` (or the model inside a PEFT wrapper) has an agent-localisation loss (MazeVLM)."""
     import inspect

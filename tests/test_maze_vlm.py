@@ -172,3 +172,30 @@ def test_sft_learns_to_localise_the_agent_and_to_move(tmp_path):
         if (tmp_path / "metrics.jsonl").exists() else []
     info = json.loads((tmp_path / "sft" / "sft_info.json").read_text())
     assert info["final"]["loss"] < 0.6 * (records[0]["sft/loss"] if records else 5.0)
+
+
+def test_vision_pretraining_updates_only_the_encoder(model_dir):
+    """The pretraining objective reads the encoder alone: decoder and projector get no gradient, and it learns."""
+    from mazegym.solver import oracle_actions
+
+    model = MazeVLMForConditionalGeneration.from_pretrained(model_dir)
+    processor = MazeVLMImageProcessor()
+    specs = load_eval_set("VisMaze-v0")[:16]
+    images = [frame(s) for s in specs]
+    pixels = processor(images=images, return_tensors="pt")
+    cells = torch.tensor([s.start[0] * 9 + s.start[1] for s in specs])
+    actions = torch.tensor([int(oracle_actions(s)[0]) for s in specs])
+    loss, accuracy = model.vision_pretraining_loss(pixels["pixel_values"], pixels["image_grid_thw"], cells, actions)
+    assert torch.isfinite(loss) and 0.0 <= accuracy <= 1.0
+    loss.backward()
+    with_grad = {n.split(".")[0] for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert with_grad == {"vision_tower"}
+    # A few full-batch steps on these 16 examples must cut the loss (the encoder can fit them).
+    opt = torch.optim.AdamW(model.vision_tower.parameters(), lr=1e-2)
+    first = loss.item()
+    for _ in range(30):
+        opt.zero_grad()
+        loss, _ = model.vision_pretraining_loss(pixels["pixel_values"], pixels["image_grid_thw"], cells, actions)
+        loss.backward()
+        opt.step()
+    assert float(loss) < 0.5 * first

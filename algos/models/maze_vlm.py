@@ -39,8 +39,9 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 MODEL_TYPE = "mazegym_maze_vlm"
 
-DEFAULT_VISION_CONFIG = {"patch_px": 5, "width": 32, "iterations": 20}
-"""Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations."""
+DEFAULT_VISION_CONFIG = {"patch_px": 5, "width": 32, "iterations": 20, "num_actions": 4}
+"""Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, and the
+classes of its pretraining head (the env's moves)."""
 
 
 class MazeVLMConfig(Qwen2Config):
@@ -60,15 +61,17 @@ class MazeVLMConfig(Qwen2Config):
 class RecurrentConvEncoder(nn.Module):
     """Patch embedding, then a weight-tied residual conv block repeated over the cell grid."""
 
-    def __init__(self, patch_px: int, width: int, iterations: int):
+    def __init__(self, patch_px: int, width: int, iterations: int, num_actions: int = 4):
         super().__init__()
         self.iterations = iterations
         self.patch_embed = nn.Linear(3 * patch_px * patch_px, width)
         self.conv_in = nn.Conv2d(2 * width, width, 3, padding=1)
         self.conv_out = nn.Conv2d(width, width, 3, padding=1)
-        self.agent_score = nn.Linear(width, 1)
+        self.agent_score = nn.Linear(3 * patch_px * patch_px, 1)  # reads the raw patch: localising never reshapes the routing features
         # A learned temperature (as CLIP's logit scale) so the saliency sharpens in tens of steps, not hundreds.
         self.score_scale = nn.Parameter(torch.tensor(10.0))
+        # Used only by vision pretraining (as BERT keeps its pretraining heads); generation never reads it.
+        self.action_head = nn.Linear(2 * width, num_actions)
 
     def forward(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``grid``: [B, H, W, 3*p*p] flattened patches -> ([B, H*W, 4*width] tokens, [B, H*W] agent scores).
@@ -87,7 +90,7 @@ class RecurrentConvEncoder(nn.Module):
             state = torch.relu(state + self.conv_out(update))
         features = torch.cat([state, recall], dim=1)  # the LM reads the routing state and what the cell shows
         features = features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)
-        scores = self.agent_score(recall.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)).squeeze(-1)
+        scores = self.agent_score(grid.reshape(batch, rows * cols, -1)).squeeze(-1)
         agent = (torch.softmax(scores * self.score_scale, dim=1)[..., None] * features).sum(1, keepdim=True)
         return torch.cat([features, agent.expand_as(features)], dim=-1), scores * self.score_scale
 
@@ -107,13 +110,14 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
     def __init__(self, config: MazeVLMConfig):
         super().__init__(config)
         vision = config.vision_config
-        self.vision_tower = RecurrentConvEncoder(vision["patch_px"], vision["width"], vision["iterations"])
+        self.vision_tower = RecurrentConvEncoder(vision["patch_px"], vision["width"], vision["iterations"],
+                                                 vision.get("num_actions", 4))
         self.multi_modal_projector = nn.Sequential(
             nn.Linear(4 * vision["width"], config.hidden_size), nn.GELU(), nn.Linear(config.hidden_size, config.hidden_size))
         self.post_init()
 
-    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Projected vision tokens of all images, image after image ([tokens, hidden]), and each image's agent scores."""
+    def encode_images(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Vision-encoder output per image, before the projector: ([cells, 4*width] tokens, [cells] agent scores)."""
         patch_dim = pixel_values.shape[-1]
         sizes = [(int(r), int(c)) for _, r, c in image_grid_thw.tolist()]
         pieces = torch.split(pixel_values, [r * c for r, c in sizes])
@@ -124,10 +128,34 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             idx = [i for i, s in enumerate(sizes) if s == shape]
             grid = torch.stack([pieces[i] for i in idx]).reshape(len(idx), shape[0], shape[1], patch_dim)
             feats, agent_scores = self.vision_tower(grid)
-            feats = self.multi_modal_projector(feats)
             for j, i in enumerate(idx):
                 tokens[i], scores[i] = feats[j], agent_scores[j]
-        return torch.cat(tokens), scores
+        return tokens, scores
+
+    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Projected vision tokens of all images, image after image ([tokens, hidden]), and each image's agent scores."""
+        tokens, scores = self.encode_images(pixel_values, image_grid_thw)
+        return self.multi_modal_projector(torch.cat(tokens)), scores
+
+    def vision_pretraining_loss(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor,
+                                agent_cells: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Vision-encoder pretraining objective on one image per example: (loss, move accuracy).
+
+        The cross-entropy of ``vision_tower.action_head`` read from the agent context against the
+        demonstrated move, plus the agent-localisation cross-entropy. It trains the encoder alone,
+        as vision towers are pretrained before a projector connects them to a language model:
+        the encoder's routing is learnt from a direct per-move signal, not through a decoder
+        that is itself still random.
+        """
+        tokens, scores = self.encode_images(pixel_values, image_grid_thw)
+        width = self.config.vision_config["width"]
+        context = torch.stack([t[0, 2 * width:] for t in tokens])  # the agent context is the same on every cell
+        logits = self.vision_tower.action_head(context)
+        move_loss = nn.functional.cross_entropy(logits, actions)
+        locate_loss = torch.stack([nn.functional.cross_entropy(s[None].float(), c.view(1))
+                                   for s, c in zip(scores, agent_cells)]).mean()
+        accuracy = float((logits.argmax(-1) == actions).float().mean())
+        return move_loss + locate_loss, accuracy
 
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.LongTensor | None = None, past_key_values: Any = None,
