@@ -7,10 +7,12 @@
   transformer cannot reach the case study's 95%) are in the README.
 * ``cpu-maze-vlm``: the case study's shape in miniature, on VisMaze-v0's own images and its fixed
   64 mazes: MazeVLM (:mod:`algos.models.maze_vlm`: recurrent conv vision encoder -> projector ->
-  one-layer Qwen2 decoder) trained from scratch by SFT on BFS demonstrations (with the agent
-  localisation loss), then LoRA GiGPO on the decoder with the vision encoder trained in full
-  inside the adapter (``lora.modules_to_save=vision_tower``). It runs end to end; the RL lift is
-  not there yet (README, "The visual row").
+  one-layer Qwen2 decoder) built from scratch and trained as VLMs are: the vision encoder is
+  pretrained alone on BFS demonstrations (220 steps x 128 moves), then frozen while the projector
+  and decoder learn to write the reply (100 steps x 128 moves, with the agent localisation loss);
+  the SFT start lands at about a third of the fixed 64. Then LoRA GiGPO on the decoder with the
+  vision encoder trained in full inside the adapter (``lora.modules_to_save=vision_tower``). It
+  runs end to end; the RL lift is not there yet (README, "The visual row").
 * ``cpu-tiny-vlm``: the text recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,
@@ -63,7 +65,8 @@ def cpu_maze_vlm() -> TrainConfig:
         "maze.size=9", "maze.eval_set=VisMaze-v0", "maze.heldout_sets=VisMaze-Hard-v0,heldout-13x13",
         "rollout.max_moves=20", "rollout.history=none", "rollout.obs_mode=image",
         "rollout.group_size=8", "rollout.temperature=1.0", "rollout.max_new_tokens=6",
-        "sft.mode=full", "sft.freeze_vision=false", "sft.steps=400", "sft.batch_size=64", "sft.lr=2e-3", "sft.random_starts=1.0",
+        "sft.mode=full", "sft.vision_steps=220", "sft.vision_lr=2e-3", "sft.freeze_vision=true",
+        "sft.steps=100", "sft.batch_size=128", "sft.lr=2e-3", "sft.random_starts=1.0",
         "lora.rank=16", "lora.alpha=32", "lora.modules_to_save=vision_tower",
         "algo.name=gigpo", "algo.lr=3e-4", "algo.gamma=0.9", "algo.minibatch_size=128", "algo.micro_batch_size=128", "algo.old_logprobs=rollout",
         "algo.filter_zero_variance=true", "algo.episode_mean=true",

@@ -65,7 +65,7 @@ def test_sft_then_grpo_raises_solve_rate(tmp_path):
 
 @pytest.mark.slow
 def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
-    """The default visual preset on a tiny budget: SFT (with the localisation loss), GRPO-family RL with the
+    """The visual preset on a tiny budget: vision pretraining, SFT (with the localisation loss), GRPO-family RL with the
     encoder trained inside the adapter, adapter sync into the HF sampler, checkpoint, resume, eval and export."""
     import torch
 
@@ -76,7 +76,7 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     run = tmp_path / "run"
     overrides = [f"run_dir={run}", "sft.steps=30", "sft.batch_size=16", "loop.steps=2", "loop.mazes_per_step=2",
                  "rollout.group_size=4", "eval.every=0", "checkpoint.every=1", "logging.progress=false",
-                 "maze.heldout_sets=VisMaze-Hard-v0"]
+                 "maze.heldout_sets=VisMaze-Hard-v0", "sft.vision_steps=4"]
     cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides)
     first = train(cfg, log=lambda m: None)
     assert first.before["episodes"] == 64 and 0.0 <= first.after["solve_rate"] <= 1.0
