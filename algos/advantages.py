@@ -18,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from algos.data import Episode
+
 
 def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Map arbitrary group ids to 0..G-1; returns (index per sample, G)."""
@@ -222,3 +224,11 @@ def whiten(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     if x.numel() < 2:
         return x - x.mean() if x.numel() else x
     return (x - x.mean()) / (x.std(unbiased=False) + eps)
+
+
+def episode_weights(episodes: Sequence[Episode]) -> torch.Tensor:
+    """Per-turn factor ``mean_turns / turns_of_its_episode``, turns in episode order: every episode then carries the same total weight."""
+    counts = torch.tensor([len(ep.turns) for ep in episodes if ep.turns], dtype=torch.float32)
+    if counts.numel() == 0:
+        return torch.zeros(0)
+    return torch.cat([torch.full((int(n),), float(counts.mean() / n)) for n in counts])

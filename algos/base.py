@@ -63,6 +63,8 @@ class AlgorithmConfig:
     """Turn-level credit baseline: "episode" (group stats of whole-episode returns; unbiased) or "turn_index" (group stats at the same turn index; lower variance, biased when the policy controls episode length, verl#7244)."""
     filter_zero_variance: bool = False
     """Drop groups whose returns are all equal before the update (DAPO dynamic sampling)."""
+    episode_mean: bool = False
+    """Weight episodes, not turns, equally: scale each turn's advantage by ``mean_turns / its episode's turns`` (:func:`algos.advantages.episode_weights`), the multi-turn analogue of seq-mean. Without it a long failed episode outweighs a short solved one and the update pushes down the moves all episodes share, mostly the correct ones."""
     seed: int = 0
     """Seed of the minibatch shuffling generator."""
 
@@ -227,6 +229,8 @@ class Algorithm:
             return self._skipped(metrics)
         batch = self.score_batch(turns)
         advantages, value_targets = self.compute_advantages(episodes, batch.get("old_values"))
+        if c.episode_mean:
+            advantages = advantages * adv_lib.episode_weights(episodes).to(advantages.dtype)
         batch["advantages"] = advantages.float()
         if value_targets is not None:
             batch["returns"] = value_targets.float()

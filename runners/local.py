@@ -168,9 +168,8 @@ def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = 
         policy = prepare_policy(policy)
     params = dict(config.algo.params)
     params.setdefault("seed", config.loop.seed)
+    params["episode_mean"] = config.algo.episode_mean
     algorithm = algos.make(config.algo.name, policy, **params)
-    if config.algo.episode_mean:
-        weight_episodes_equally(algorithm)
     probe = None
     if config.loop.parity_every > 0:
         from runners.parity import ParityProbe
@@ -355,34 +354,6 @@ def play_step_mazes(generator: Any, mazes: Sequence[Any], config: TrainConfig, s
     rollout = rollout or rollout_config(config)
     return collect_groups(generator, mazes, rollout, seed=step_seed(config, step) + offset * rollout.group_size,
                           group_offset=step * config.loop.mazes_per_step + offset)
-
-
-def episode_weights(episodes: list[Episode]) -> torch.Tensor:
-    """Per-turn factor ``mean_turns / turns_of_its_episode``: every episode then carries the same total weight."""
-    counts = torch.tensor([len(ep.turns) for ep in episodes if ep.turns], dtype=torch.float32)
-    if counts.numel() == 0:
-        return torch.zeros(0)
-    return torch.cat([torch.full((int(n),), float(counts.mean() / n)) for n in counts])
-
-
-def weight_episodes_equally(algorithm: Any) -> Any:
-    """Make ``algorithm`` weight episodes, not turns, equally (the multi-turn analogue of seq-mean).
-
-    The zoo's losses average over turns. Broadcasting an episode's advantage to its turns then
-    gives a long (failed, move-limit) episode more weight than a short (solved) one, so the
-    sum of advantages over a group's turns is negative and the update pushes down the moves
-    all episodes share -- mostly the correct ones. Scaling each turn's advantage by
-    ``mean_turns / episode_turns`` restores a zero-mean push per group.
-    """
-    original = algorithm.compute_advantages
-
-    def compute_advantages(episodes, values):
-        advantages, targets = original(episodes, values)
-        weights = episode_weights(list(episodes)).to(advantages.dtype)
-        return (advantages * weights if weights.numel() == advantages.numel() else advantages), targets
-
-    algorithm.compute_advantages = compute_advantages
-    return algorithm
 
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:

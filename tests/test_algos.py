@@ -225,3 +225,24 @@ def test_state_dict_round_trip_resumes_identically():
     (a, lr_a), (b, lr_b) = run(False), run(True)
     assert lr_a == lr_b
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("episode_mean, expected", [(False, 0.6), (True, 0.0)])
+def test_episode_mean_weights_episodes_not_turns(episode_mean, expected):
+    """A 1-turn win and a 4-turn loss: per turn, GRPO's loss leans on the loss's 4 turns; per episode it balances."""
+    torch.manual_seed(0)
+    policy = MazeNetPolicy(GRID)
+    obs = random_obs(np.random.default_rng(0))
+    a, lp, _ = policy.act(np.stack([obs["x"]]), obs["action_mask"][None])
+
+    def episode(turns, reward):
+        ep = Episode(group_id=0)
+        ep.turns = [Turn(response_ids=[int(a[0])], logprobs=[float(lp[0])], observation=obs,
+                         reward=reward if t == turns - 1 else 0.0) for t in range(turns)]
+        ep.success = reward > 0
+        return ep
+
+    algo = algos.make("grpo", policy, lr=1e-6, episode_mean=episode_mean, old_logprobs="recompute")
+    metrics = algo.update([episode(1, 1.0), episode(4, 0.0)])
+    # ratio == 1: pg_loss = -mean(advantage) over the 5 turns; advantages are +-1/sqrt(2) (std of two returns)
+    assert metrics["pg_loss"] == pytest.approx(expected / math.sqrt(2), abs=1e-5)

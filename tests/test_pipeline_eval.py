@@ -101,7 +101,7 @@ def test_sft_demo_turns_match_rollout_prompts(tiny_generator):
 
 
 def test_episode_weights_make_every_episode_count_once():
-    from runners.local import episode_weights
+    from algos.advantages import episode_weights
 
     eps = [_episode(True, 4, 4), _episode(False, 16, 8), _episode(True, 10, 8)]
     w = episode_weights(eps)
