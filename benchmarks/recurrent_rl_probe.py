@@ -35,6 +35,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--width", type=int, default=32)
     p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--readout", choices=["conv", "cell"], default="conv", help="the encoder's decision readout")
     p.add_argument("--sft-steps", type=int, default=100, help="SFT steps of 128 demonstration moves (lr --sft-lr)")
     p.add_argument("--sft-lr", type=float, default=2e-3)
     p.add_argument("--sft-cells", choices=["path", "all"], default="path",
@@ -60,7 +61,7 @@ def main() -> None:
     a = parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
-    encoder = RecurrentConvEncoder(5, a.width, a.iterations)
+    encoder = RecurrentConvEncoder(5, a.width, a.iterations, readout=a.readout)
     head = encoder.action_head  # the encoder's own pretraining head (MazeVLM's vision pretraining objective)
     params = list(encoder.parameters())
     processor = MazeVLMImageProcessor()
@@ -82,9 +83,9 @@ def main() -> None:
 
     def logits(specs, cells):
         pixels = processor([render_frame(s.grid, c, s.goal) for s, c in zip(specs, cells)])["pixel_values"]
-        feats, _ = encoder(pixels.reshape(len(specs), 9, 9, -1))
+        _, decision = encoder.cell_features(pixels.reshape(len(specs), 9, 9, -1))
         index = torch.tensor([c[0] * 9 + c[1] for c in cells])
-        return head(feats[torch.arange(len(specs)), index][:, : 2 * a.width])
+        return head(decision[torch.arange(len(specs)), index])
 
     @torch.no_grad()
     def play(specs, greedy, generator=None):
@@ -111,7 +112,7 @@ def main() -> None:
 
         state = load_file(a.load_sft)
         encoder.load_state_dict({k[8:]: v for k, v in state.items() if k.startswith("encoder.")})
-    for _ in range(0 if a.load_sft else a.sft_steps):
+    for sft_step in range(0 if a.load_sft else a.sft_steps):
         specs, cells, labels = [], [], []
         while len(specs) < 128:
             spec = next(demos)
@@ -130,6 +131,8 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
+        if (sft_step + 1) % 100 == 0 and sft_step + 1 < a.sft_steps:
+            print(f"SFT step {sft_step + 1} ({time.time() - t0:.0f}s): solved {sum(play(evalset, True)[0])}/64", flush=True)
     if a.save_sft:
         from safetensors.torch import save_file
 

@@ -39,9 +39,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 MODEL_TYPE = "mazegym_maze_vlm"
 
-DEFAULT_VISION_CONFIG = {"patch_px": 5, "width": 32, "iterations": 20, "num_actions": 4}
-"""Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, and the
-classes of its pretraining head (the env's moves)."""
+DEFAULT_VISION_CONFIG = {"patch_px": 5, "width": 32, "iterations": 20, "num_actions": 4, "readout": "conv"}
+"""Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, the
+classes of its pretraining head (the env's moves), and its decision readout ("conv": a 3x3 conv
+over the routing state, "cell": the cell's own features)."""
 
 
 class MazeVLMConfig(Qwen2Config):
@@ -61,27 +62,25 @@ class MazeVLMConfig(Qwen2Config):
 class RecurrentConvEncoder(nn.Module):
     """Patch embedding, then a weight-tied residual conv block repeated over the cell grid."""
 
-    def __init__(self, patch_px: int, width: int, iterations: int, num_actions: int = 4):
+    def __init__(self, patch_px: int, width: int, iterations: int, num_actions: int = 4, readout: str = "conv"):
         super().__init__()
+        if readout not in ("conv", "cell"):
+            raise ValueError(f"readout must be 'conv' or 'cell', got {readout!r}")
         self.iterations = iterations
         self.patch_embed = nn.Linear(3 * patch_px * patch_px, width)
         self.conv_in = nn.Conv2d(2 * width, width, 3, padding=1)
         self.conv_out = nn.Conv2d(width, width, 3, padding=1)
+        # A 3x3 readout lets a cell's decision features compare its neighbours' routing state (which way
+        # is closer to the goal) instead of the recurrence having to write the direction into every cell.
+        self.readout = nn.Conv2d(2 * width, 2 * width, 3, padding=1) if readout == "conv" else None
         self.agent_score = nn.Linear(3 * patch_px * patch_px, 1)  # reads the raw patch: localising never reshapes the routing features
         # A learned temperature (as CLIP's logit scale) so the saliency sharpens in tens of steps, not hundreds.
         self.score_scale = nn.Parameter(torch.tensor(10.0))
         # Used only by vision pretraining (as BERT keeps its pretraining heads); generation never reads it.
         self.action_head = nn.Linear(2 * width, num_actions)
 
-    def forward(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``grid``: [B, H, W, 3*p*p] flattened patches -> ([B, H*W, 4*width] tokens, [B, H*W] agent scores).
-
-        One token per cell (row-major): the cell's own features concatenated with a global
-        *agent context*, the features of all cells pooled with a softmax over ``agent_scores`` (a
-        learned saliency read from what each cell shows; CLIP-style attention pooling). Trained to
-        peak on the agent's cell, the context hands every token the routing state where the
-        decision is made, so the language model needs no sharp attention to read it.
-        """
+    def cell_features(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``grid``: [B, H, W, 3*p*p] -> ([B, H*W, 2*width] routing state and input, [B, H*W, 2*width] decision features)."""
         batch, rows, cols, _ = grid.shape
         recall = torch.relu(self.patch_embed(grid)).permute(0, 3, 1, 2)  # [B, C, H, W]
         state = torch.zeros_like(recall)
@@ -89,10 +88,25 @@ class RecurrentConvEncoder(nn.Module):
             update = torch.relu(self.conv_in(torch.cat([state, recall], dim=1)))
             state = torch.relu(state + self.conv_out(update))
         features = torch.cat([state, recall], dim=1)  # the LM reads the routing state and what the cell shows
-        features = features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1)
+        decision = torch.relu(self.readout(features)) if self.readout is not None else features
+        return (features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
+                decision.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1))
+
+    def forward(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``grid``: [B, H, W, 3*p*p] flattened patches -> ([B, H*W, 4*width] tokens, [B, H*W] agent scores,
+        [B, H*W, 2*width] decision features).
+
+        One token per cell (row-major): the cell's own features concatenated with a global
+        *agent context*, the decision features of all cells pooled with a softmax over
+        ``agent_scores`` (a learned saliency read from what each cell shows; CLIP-style attention
+        pooling). Trained to peak on the agent's cell, the context hands every token the decision
+        features where the move is made, so the language model needs no sharp attention to read it.
+        """
+        batch, rows, cols, _ = grid.shape
+        features, decision = self.cell_features(grid, iterations)
         scores = self.agent_score(grid.reshape(batch, rows * cols, -1)).squeeze(-1)
-        agent = (torch.softmax(scores * self.score_scale, dim=1)[..., None] * features).sum(1, keepdim=True)
-        return torch.cat([features, agent.expand_as(features)], dim=-1), scores * self.score_scale
+        agent = (torch.softmax(scores * self.score_scale, dim=1)[..., None] * decision).sum(1, keepdim=True)
+        return torch.cat([features, agent.expand_as(features)], dim=-1), scores * self.score_scale, decision
 
 
 @dataclass
@@ -111,47 +125,49 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
         super().__init__(config)
         vision = config.vision_config
         self.vision_tower = RecurrentConvEncoder(vision["patch_px"], vision["width"], vision["iterations"],
-                                                 vision.get("num_actions", 4))
+                                                 vision.get("num_actions", 4), vision.get("readout", "conv"))
         self.multi_modal_projector = nn.Sequential(
             nn.Linear(4 * vision["width"], config.hidden_size), nn.GELU(), nn.Linear(config.hidden_size, config.hidden_size))
         self.post_init()
 
-    def encode_images(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Vision-encoder output per image, before the projector: ([cells, 4*width] tokens, [cells] agent scores)."""
+    def encode_images(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor
+                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """Vision-encoder output per image, before the projector: [cells, 4*width] tokens, [cells] agent scores
+        and [cells, 2*width] decision features."""
         patch_dim = pixel_values.shape[-1]
         sizes = [(int(r), int(c)) for _, r, c in image_grid_thw.tolist()]
         pieces = torch.split(pixel_values, [r * c for r, c in sizes])
         tokens: list[torch.Tensor] = [torch.empty(0)] * len(sizes)
         scores: list[torch.Tensor] = [torch.empty(0)] * len(sizes)
+        decisions: list[torch.Tensor] = [torch.empty(0)] * len(sizes)
         # Images of the same grid size run as one batch through the recurrence.
         for shape in dict.fromkeys(sizes):
             idx = [i for i, s in enumerate(sizes) if s == shape]
             grid = torch.stack([pieces[i] for i in idx]).reshape(len(idx), shape[0], shape[1], patch_dim)
-            feats, agent_scores = self.vision_tower(grid)
+            feats, agent_scores, decision = self.vision_tower(grid)
             for j, i in enumerate(idx):
-                tokens[i], scores[i] = feats[j], agent_scores[j]
-        return tokens, scores
+                tokens[i], scores[i], decisions[i] = feats[j], agent_scores[j], decision[j]
+        return tokens, scores, decisions
 
     def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Projected vision tokens of all images, image after image ([tokens, hidden]), and each image's agent scores."""
-        tokens, scores = self.encode_images(pixel_values, image_grid_thw)
+        tokens, scores, _ = self.encode_images(pixel_values, image_grid_thw)
         return self.multi_modal_projector(torch.cat(tokens)), scores
 
     def vision_pretraining_loss(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor,
                                 agent_cells: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, float]:
         """Vision-encoder pretraining objective on one image per example: (loss, move accuracy).
 
-        The cross-entropy of ``vision_tower.action_head`` read from the encoder's features at the
-        agent's cell against the demonstrated move, plus the agent-localisation cross-entropy. It trains the encoder alone,
+        The cross-entropy of ``vision_tower.action_head`` read from the encoder's decision features
+        at the agent's cell against the demonstrated move, plus the agent-localisation cross-entropy. It trains the encoder alone,
         as vision towers are pretrained before a projector connects them to a language model:
         the encoder's routing is learnt from a direct per-move signal, not through a decoder
         that is itself still random.
         """
-        tokens, scores = self.encode_images(pixel_values, image_grid_thw)
-        width = self.config.vision_config["width"]
-        # The head reads the features at the agent's true cell, which is what the agent context pools once
-        # localisation is learnt; reading the still-blurred context instead slows the encoder's learning ~2x.
-        at_agent = torch.stack([t[int(c), : 2 * width] for t, c in zip(tokens, agent_cells)])
+        _, scores, decisions = self.encode_images(pixel_values, image_grid_thw)
+        # The head reads the decision features at the agent's true cell, which is what the agent context pools
+        # once localisation is learnt; reading the still-blurred context instead slows the encoder's learning ~2x.
+        at_agent = torch.stack([d[int(c)] for d, c in zip(decisions, agent_cells)])
         logits = self.vision_tower.action_head(at_agent)
         move_loss = nn.functional.cross_entropy(logits, actions)
         locate_loss = torch.stack([nn.functional.cross_entropy(s[None].float(), c.view(1))
