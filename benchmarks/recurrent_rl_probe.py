@@ -45,6 +45,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--keep-optimizer", action="store_true", help="continue SFT's AdamW state instead of a fresh one")
     p.add_argument("--minibatch", type=int, default=0, help="rows per optimizer step (0 = one step per iteration)")
     p.add_argument("--unique-states", action="store_true", help="train on each (maze, cell, move) once per iteration")
+    p.add_argument("--state-weighting", action="store_true",
+                   help="weight each row by 1 / its (maze, cell)'s row count, so every visited state counts once")
     p.add_argument("--mazes", type=int, default=8)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--temperature", type=float, default=1.0)
@@ -173,18 +175,22 @@ def main() -> None:
                     rows.append((specs[i], cell, k, lp, adv))
         if a.unique_states:
             rows = list({(r[0].maze_id, r[1], r[2]): r for r in rows}.values())
+        visits = collections.Counter((r[0].maze_id, r[1]) for r in rows)
+        weights = [len(rows) / len(visits) / visits[(r[0].maze_id, r[1])] if a.state_weighting else 1.0 for r in rows]
         order = np.random.default_rng(iteration).permutation(len(rows))
         size = a.minibatch or len(rows)
         for start in range(0, len(rows), size):
             batch = [rows[j] for j in order[start : start + size]]
+            weight = torch.tensor([weights[j] for j in order[start : start + size]], dtype=torch.float32)
             lg = logits([r[0] for r in batch], [r[1] for r in batch])
             if a.mode == "dagger":
-                loss = torch.nn.functional.cross_entropy(lg, torch.tensor([best_move(r[0], r[1]) for r in batch]))
+                labels = torch.tensor([best_move(r[0], r[1]) for r in batch])
+                loss = (weight * torch.nn.functional.cross_entropy(lg, labels, reduction="none")).mean()
             else:
                 logp = torch.log_softmax(lg / a.temperature, -1)[torch.arange(len(batch)), torch.tensor([r[2] for r in batch])]
                 ratio = torch.exp(logp - torch.tensor([r[3] for r in batch]))
                 adv = torch.tensor([r[4] for r in batch], dtype=torch.float32)
-                loss = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+                loss = -(weight * torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)).mean()
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
