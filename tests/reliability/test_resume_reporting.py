@@ -117,3 +117,15 @@ def test_fresh_start_drops_an_unfinished_attempts_records(tmp_path):
     _loop(tmp_path, LoopState())
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["phase"], r["step"]) for r in records] == [("eval", 0), ("rl", 1), ("rl", 2), ("rl", 3), ("rl", 4)]
+
+
+def test_resume_logs_the_record_of_a_step_killed_between_its_checkpoint_and_its_log(tmp_path):
+    _loop(tmp_path, LoopState(), stop_after=1)  # step 1 logged; step 2's checkpoint committed, then "killed"
+    messages = []
+    saved = {"train/loss": 7.0}  # step 2's record as its checkpoint holds it
+    _loop(tmp_path, LoopState(step=2, before=_Backend([]).evaluate("x"), history=[{"step": 0, "solve_rate": 0.25}],
+                              record=saved), messages=messages)
+    rl = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["phase"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2, 3, 4]
+    assert rl[1]["train/loss"] == 7.0
+    assert any("logged RL step 2's record from its checkpoint" in m for m in messages), messages
