@@ -523,7 +523,8 @@ def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Call
     state = LoopState()
     if resume_from is not None:
         saved = load_checkpoint(resume_from, policy, algorithm, stream)
-        state = LoopState(step=int(saved["step"]), before=saved.get("before"), history=saved.get("eval_history", []))
+        state = LoopState(step=int(saved["step"]), before=saved.get("before"), history=saved.get("eval_history", []),
+                          record=saved.get("record"))
         generator.load_adapter(str(resume_from / "adapter"), state.step)
         log(f"[resume] from {resume_from} at RL step {state.step}")
     else:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 from algos.data import Episode
 from runners import atomic
 from runners.evaluate import case_study_table, format_table, write_json
-from runners.metrics import PhaseTimer, Progress
+from runners.metrics import PhaseTimer, Progress, read_jsonl
 from runners.rollout import rollout_metrics
 
 
@@ -63,6 +63,8 @@ class LoopState:
     """The training maze stream's state after the last completed step."""
     restarts: int = 0
     """Worker-group rebuilds so far (Ray runner)."""
+    record: dict[str, Any] | None = None
+    """The metrics record of step ``step`` as its checkpoint saved it (without the checkpoint's own timing)."""
 
 
 class StepBackend(Protocol):
@@ -121,6 +123,24 @@ def discard_replayed_records(metrics: Any, state: LoopState, log: Callable[[str]
     return dropped
 
 
+def restore_unlogged_record(metrics: Any, state: LoopState, log: Callable[[str], None] = print) -> bool:
+    """Log the resumed step's record from its checkpoint when the interrupted attempt died before logging it.
+
+    A step's checkpoint is committed before its record is logged (the record carries the
+    checkpoint's timing), so a kill in between would leave that step without a record: resume
+    starts after it. The checkpoint holds the record, and it is logged here instead.
+    """
+    path = getattr(metrics, "jsonl_path", None)
+    if state.record is None or state.step == 0 or path is None:
+        return False
+    logged = Path(path).is_file() and any(r.get("phase") == "rl" and r.get("step") == state.step for r in read_jsonl(path))
+    if not logged:
+        metrics.log(state.step, state.record, phase="rl")
+        log(f"[metrics] logged RL step {state.step}'s record from its checkpoint (the interrupted attempt had not)")
+    state.record = None
+    return not logged
+
+
 def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState, run_dir: Path, manager: Any,
                 metrics: Any, log: Callable[[str], None], stop_after: int | None, t_start: float) -> RunResult:
     """Run RL steps ``state.step + 1 .. config.loop.steps`` on ``backend``; returns the run's result.
@@ -128,9 +148,11 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
     ``stream`` yields the training mazes (already restored to ``state``); ``state`` is updated
     after every step. ``stop_after`` ends this invocation after that many steps *as if
     interrupted* (no final checkpoint or eval), which is how tests check resume equivalence.
-    Records an interrupted attempt wrote past ``state.step`` are dropped first.
+    Records an interrupted attempt wrote past ``state.step`` are dropped first, and the record of
+    ``state.step`` is logged from the checkpoint when that attempt died before logging it.
     """
     discard_replayed_records(metrics, state, log)
+    restore_unlogged_record(metrics, state, log)
     if state.step == 0 and state.before is None and config.eval.before_rl:
         timer = PhaseTimer()
         with timer.phase("eval"):
@@ -180,8 +202,10 @@ def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState,
             if done:
                 after = res
         if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
+            unlogged = {**record, **timer.peek()}  # saved with the checkpoint: a kill before metrics.log loses nothing
             with timer.phase("checkpoint"):
-                backend.checkpoint(step, stream.state_dict(), {"before": state.before, "eval_history": state.history})
+                backend.checkpoint(step, stream.state_dict(), {"before": state.before, "eval_history": state.history,
+                                                               "record": unlogged})
         timings = timer.pop()
         record.update(timings)
         record.update(backend.step_extras(step, record, timings, len(episodes)))

@@ -39,9 +39,13 @@ class PhaseTimer:
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
+    def peek(self) -> dict[str, float]:
+        """The accumulated seconds as ``time/<phase>`` metrics."""
+        return {f"time/{k}": v for k, v in self.seconds.items()}
+
     def pop(self) -> dict[str, float]:
         """The accumulated seconds as ``time/<phase>`` metrics, then reset."""
-        out = {f"time/{k}": v for k, v in self.seconds.items()}
+        out = self.peek()
         self.seconds = {}
         return out
 

@@ -646,11 +646,13 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
         state.step = int(saved["step"])
         state.before = saved.get("before")
         state.history = saved.get("eval_history", [])
+        state.record = saved.get("record")
         state.stream = saved["stream"]
         log(f"[resume] from {resume_from} at RL step {state.step} on {ray_cfg.num_workers} workers")
     else:
         state.step = 0
         state.stream = None
+        state.record = None
     log(f"[ray] {ray_cfg.num_workers} workers ({info[0]['backend']}), pids {[i['pid'] for i in info]}")
     return group
 
