@@ -452,6 +452,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mazegym`` script."""
     from runners.config import ConfigError
+    from runners.sync import AdapterSyncError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -470,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mazegym {args.command}: error (KeyError): missing key {key!r} in data this command read; the file is "
               f"probably from another mazegym version or damaged: rerun the step that wrote it", file=sys.stderr)
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError) as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
 

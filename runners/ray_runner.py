@@ -412,7 +412,7 @@ class RolloutTrainWorker:
 
         t0 = time.perf_counter()
         sync = AdapterSync(sync_dir, keep=2)
-        latest = sync.latest()
+        latest = sync.committed()  # a broken adapter is refused with the reason, never loaded
         if latest is None or latest[0] != version:
             raise RuntimeError(f"rank {self.rank}: sync dir {sync_dir} holds version {latest and latest[0]}, expected {version}; "
                                "is it on a filesystem every worker shares (e.g. /shared)?")

@@ -3,15 +3,20 @@
 Layout of ``sync_dir`` (default ``<run_dir>/adapter_sync``; any shared filesystem path such as
 ``/shared/run42/adapters`` works the same way)::
 
-    v000001/adapter_config.json, adapter_model.safetensors
+    v000001/adapter_config.json, adapter_model.safetensors, manifest.json
     v000002/...
     LATEST            # "2": written last, atomically -- the commit marker
 
-:meth:`AdapterSync.publish` writes the adapter into a hidden temp directory next to the
-final one, fsyncs it, renames it into place (atomic on POSIX), and only then replaces
-``LATEST`` (temp file + rename). A reader that follows ``LATEST`` therefore never sees a
-half-written adapter. Versions must strictly increase; old versions are pruned (the newest
-``keep`` stay, so a generator still loading the previous one is not pulled from under it).
+:meth:`AdapterSync.publish` writes the adapter and a manifest (sha256 and size of each file)
+into a hidden temp directory next to the final one, fsyncs it, renames it into place (atomic
+on POSIX), and only then replaces ``LATEST`` (temp file + rename). A reader that follows
+``LATEST`` therefore never sees a half-written adapter, and :meth:`AdapterSync.committed`
+checks the files against the manifest before anything loads them: a truncated, edited,
+missing or extra file is an :class:`AdapterSyncError` naming it, and the generator keeps the
+weights it serves. A publish that fails (read-only or full storage) raises the same error
+and leaves the previous version committed. Versions must strictly increase; old versions are
+pruned (the newest ``keep`` stay, so a generator still loading the previous one is not pulled
+from under it).
 """
 
 from __future__ import annotations
@@ -24,10 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runners.checkpoint import fsync_path
+from runners.checkpoint import MANIFEST, fsync_path, read_manifest, verify, write_manifest
 
 LATEST_FILE = "LATEST"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
+
+
+class AdapterSyncError(RuntimeError):
+    """The sync dir cannot be written, or holds a published adapter that must not be loaded."""
 
 
 def version_dir_name(version: int) -> str:
@@ -89,19 +99,27 @@ class AdapterSync:
             raise ValueError(f"adapter versions must increase: {self.sync_dir} already has version {current[0]}, got {version}")
         if version < 1:
             raise ValueError(f"adapter versions start at 1 (0 means base weights), got {version}")
-        self.sync_dir.mkdir(parents=True, exist_ok=True)
         final = self.sync_dir / version_dir_name(version)
-        if final.exists():  # left over from a crash after the rename but before LATEST
-            shutil.rmtree(final)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{version_dir_name(version)}-", dir=self.sync_dir))
         try:
-            write_adapter(source, tmp)
-            _fsync_tree(tmp)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        self._write_latest(version)
+            self.sync_dir.mkdir(parents=True, exist_ok=True)
+            if final.exists():  # left over from a crash after the rename but before LATEST
+                shutil.rmtree(final)
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{version_dir_name(version)}-", dir=self.sync_dir))
+            try:
+                write_adapter(source, tmp)
+                write_manifest(tmp, version)
+                _fsync_tree(tmp)
+                os.replace(tmp, final)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+            self._write_latest(version)
+        except OSError as exc:
+            if exc.errno is None:  # not a storage error (e.g. a source that is no adapter directory)
+                raise
+            kept = f"version {current[0]} stays published" if current else "nothing is published yet"
+            raise AdapterSyncError(f"cannot publish adapter version {version} to {self.sync_dir}: "
+                                   f"{exc.strerror or exc} ({type(exc).__name__}); {kept}") from exc
         self._prune()
         self.last_publish_ms = (time.perf_counter() - t0) * 1e3
         return final
@@ -114,9 +132,31 @@ class AdapterSync:
         except FileNotFoundError:
             return None
         if not text.isdigit():
-            raise RuntimeError(f"corrupt {marker}: {text!r} (expected a version number)")
+            raise AdapterSyncError(f"corrupt {marker}: {text!r} (expected a version number)")
         version = int(text)
         return version, self.sync_dir / version_dir_name(version)
+
+    def check(self, directory: Path) -> str | None:
+        """``None`` when the published adapter in ``directory`` is complete and intact, else what is wrong."""
+        if not directory.is_dir():
+            return "the directory is missing"
+        problem = verify(directory, required=ADAPTER_FILES)
+        if problem:
+            return problem
+        listed = {*read_manifest(directory)[0]["files"], MANIFEST}
+        extra = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                       if not p.is_dir() and p.relative_to(directory).as_posix() not in listed)
+        return f"unexpected file(s) not in the manifest: {', '.join(extra)}" if extra else None
+
+    def committed(self) -> tuple[int, Path] | None:
+        """Like :meth:`latest`, but checked: raises :class:`AdapterSyncError` when that adapter is broken."""
+        latest = self.latest()
+        if latest is None:
+            return None
+        problem = self.check(latest[1])
+        if problem:
+            raise AdapterSyncError(f"published adapter version {latest[0]} at {latest[1]} is broken, not loaded: {problem}")
+        return latest
 
     def versions(self) -> list[int]:
         """Committed-or-not version directories present, ascending."""
@@ -130,6 +170,10 @@ class AdapterSync:
         latest = self.latest()
         if latest is None or latest[0] <= generator.adapter_version:
             return generator.adapter_version
+        problem = self.check(latest[1])
+        if problem:
+            raise AdapterSyncError(f"published adapter version {latest[0]} at {latest[1]} is broken, not loaded "
+                                   f"(the generator keeps version {generator.adapter_version}): {problem}")
         t0 = time.perf_counter()
         generator.load_adapter(latest[1], latest[0])
         self.last_load_ms = (time.perf_counter() - t0) * 1e3
@@ -137,11 +181,15 @@ class AdapterSync:
 
     def _write_latest(self, version: int) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".LATEST-", dir=self.sync_dir)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{version}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.sync_dir / LATEST_FILE)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{version}\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.sync_dir / LATEST_FILE)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         fsync_path(self.sync_dir)
 
     def _prune(self) -> None:
