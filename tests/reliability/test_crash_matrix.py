@@ -71,7 +71,8 @@ POINTS = [
               "after"),
     KillPoint("checkpoint write: step 2's adapter written, trainer state not yet", "safetensors.torch:save_file", 1,
               "after", anchor=(f"{LOCAL}:save_checkpoint", 2)),
-    KillPoint("checkpoint write: step 2's files written, no manifest, not renamed", "runners.checkpoint:write_manifest", 2),
+    KillPoint("checkpoint write: step 2's files written, no manifest, not renamed", "runners.checkpoint:write_manifest", 1,
+              anchor=(f"{LOCAL}:save_checkpoint", 2)),  # the adapter sync writes manifests too
     KillPoint("checkpoint write: step 2 renamed into place, latest marker not yet",
               "runners.checkpoint:CheckpointManager._write_latest", 2),
     KillPoint("checkpoint written: step 2 committed, its metrics record not yet", f"{LOCAL}:save_checkpoint", 2, "after"),
