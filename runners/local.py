@@ -241,13 +241,8 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
         if not sftmod.has_vision_pretraining(model):
             raise cfgmod.ConfigError(f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining "
                                      "objective (MazeVLM has one); set sft.vision_steps=0")
-        vision_progress = Progress(config.sft.vision_steps, desc="vision pretraining", enabled=config.logging.progress)
-
-        def on_vision_step(step: int, m: dict[str, float]) -> None:
-            vision_progress.update(1, loss=m["vision_loss"])
-            if metrics is not None:
-                metrics.log(step, m, phase="vision")
-
+        vision_progress, on_vision_step = _step_logger(config, metrics, config.sft.vision_steps, "vision pretraining",
+                                                       "vision", "vision_loss")
         try:
             vision_final = sftmod.pretrain_vision(model, demos, steps=config.sft.vision_steps, batch_size=config.sft.batch_size,
                                                   lr=config.sft.vision_lr, image_processor=image_processor, log=on_vision_step)
@@ -258,13 +253,7 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     if config.sft.mode == "full" and config.sft.freeze_vision:
         freeze_vision_tower(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    progress = Progress(config.sft.steps, desc="SFT", enabled=config.logging.progress)
-
-    def on_step(step: int, m: dict[str, float]) -> None:
-        progress.update(1, loss=m["loss"])
-        if metrics is not None:
-            metrics.log(step, m, phase="sft")
-
+    progress, on_step = _step_logger(config, metrics, config.sft.steps, "SFT", "sft", "loss")
     try:
         final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
                                  pad_id=tokenizer.pad_token_id, image_processor=image_processor,
@@ -290,6 +279,19 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     log(f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
         f"in {info['seconds']:.0f}s -> {target}")
     return target
+
+
+def _step_logger(config: TrainConfig, metrics: MetricsLogger | None, steps: int, desc: str, phase: str,
+                 loss_key: str) -> tuple[Progress, Callable[[int, dict[str, float]], None]]:
+    """A progress bar over ``steps`` and the per-step callback that advances it and logs the step under ``phase``."""
+    progress = Progress(steps, desc=desc, enabled=config.logging.progress)
+
+    def on_step(step: int, m: dict[str, float]) -> None:
+        progress.update(1, loss=m[loss_key])
+        if metrics is not None:
+            metrics.log(step, m, phase=phase)
+
+    return progress, on_step
 
 
 def freeze_vision_tower(model: torch.nn.Module) -> int:
