@@ -5,10 +5,14 @@ frame (and reward/info) on demand and :func:`save_gif` writes them out::
 
     result = replay(spec.to_dict(), [0, 3, 3, 0])
     save_gif(result.frames, "episode.gif")
+
+:func:`maze_thumbnail` and :func:`maze_grid` draw mazes small with a coloured frame marking an
+outcome (solved / failed / not played), for eval overviews in reports and TensorBoard.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,6 +22,10 @@ from PIL import Image
 
 from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.maze import MazeSpec
+from mazegym.render import render_frame
+
+OUTCOME_RGB = {True: (0, 170, 0), False: (120, 0, 160), None: (40, 40, 40)}
+"""Frame colour of a thumbnail: solved green, failed purple (not red: the goal is red), not played black."""
 
 
 @dataclass
@@ -70,17 +78,27 @@ def replay(spec_or_dict: MazeSpec | dict, actions: Sequence[int | None], **env_k
     return out
 
 
+def encode_gif(frames: Sequence[np.ndarray], fps: float = 4.0, hold_last: int = 2) -> bytes:
+    """RGB frames as the bytes of an animated GIF; the final frame is held ``hold_last`` extra steps."""
+    if len(frames) == 0:
+        raise ValueError("encode_gif needs at least one frame")
+    images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
+    step_ms = int(1000 / fps)
+    durations = [step_ms] * (len(images) - 1) + [step_ms * (1 + hold_last)]
+    buffer = io.BytesIO()
+    # Pillow merges identical consecutive frames (e.g. wall bumps) and sums their durations.
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0,
+                   optimize=False)
+    return buffer.getvalue()
+
+
 def save_gif(frames: Sequence[np.ndarray], path: str | Path, fps: float = 4.0, hold_last: int = 2) -> Path:
-    """Write RGB frames to an animated GIF; the final frame is held ``hold_last`` extra steps."""
+    """Write RGB frames to an animated GIF file (see :func:`encode_gif`)."""
     if len(frames) == 0:
         raise ValueError("save_gif needs at least one frame")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
-    step_ms = int(1000 / fps)
-    durations = [step_ms] * (len(images) - 1) + [step_ms * (1 + hold_last)]
-    # Pillow merges identical consecutive frames (e.g. wall bumps) and sums their durations.
-    images[0].save(path, save_all=True, append_images=images[1:], duration=durations, loop=0, optimize=False)
+    path.write_bytes(encode_gif(frames, fps, hold_last))
     return path
 
 
@@ -89,3 +107,32 @@ def record_gif(spec_or_dict: MazeSpec | dict, actions: Sequence[int | None], pat
     result = replay(spec_or_dict, actions, **env_kwargs)
     save_gif(result.frames, path, fps=fps)
     return result
+
+
+def maze_thumbnail(spec: MazeSpec, solved: bool | None = None, cell_px: int = 8, border: int = 3) -> np.ndarray:
+    """The maze at its start (``cell_px`` pixels per cell) inside a ``border``-pixel frame coloured by outcome."""
+    frame = render_frame(spec.grid, spec.start, spec.goal, cell_px=cell_px)
+    out = np.empty((frame.shape[0] + 2 * border, frame.shape[1] + 2 * border, 3), dtype=np.uint8)
+    out[:] = OUTCOME_RGB[None if solved is None else bool(solved)]
+    out[border:border + frame.shape[0], border:border + frame.shape[1]] = frame
+    return out
+
+
+def maze_grid(specs: Sequence[MazeSpec], solved: Sequence[bool | None], columns: int = 8, cell_px: int = 8,
+              border: int = 3, gap: int = 2) -> np.ndarray:
+    """Thumbnails of ``specs`` (see :func:`maze_thumbnail`) in rows of ``columns`` on a white sheet (HxWx3 uint8)."""
+    if len(specs) != len(solved):
+        raise ValueError(f"maze_grid got {len(specs)} mazes but {len(solved)} outcomes")
+    if not specs:
+        raise ValueError("maze_grid needs at least one maze")
+    tiles = [maze_thumbnail(s, o, cell_px, border) for s, o in zip(specs, solved)]
+    th = max(t.shape[0] for t in tiles)
+    tw = max(t.shape[1] for t in tiles)
+    columns = max(1, min(columns, len(tiles)))
+    rows = -(-len(tiles) // columns)
+    sheet = np.full((rows * (th + gap) + gap, columns * (tw + gap) + gap, 3), 255, dtype=np.uint8)
+    for i, tile in enumerate(tiles):
+        r, c = divmod(i, columns)
+        y, x = gap + r * (th + gap), gap + c * (tw + gap)
+        sheet[y:y + tile.shape[0], x:x + tile.shape[1]] = tile
+    return sheet

@@ -33,6 +33,7 @@ Typical commands:
     mazegym eval --run-dir runs/cpu-tiny                      # evaluate the latest checkpoint
     mazegym play --size 9                                     # play a maze yourself in the terminal
     mazegym export --run-dir runs/cpu-tiny --merged           # adapter (+ merged model) for vLLM / transformers
+    mazegym report runs/cpu-tiny                              # one HTML page: curves, solved mazes, replays
     mazegym presets                                           # list presets
 
 Overrides are KEY=VALUE with dotted keys; `mazegym train --help` lists them all.
@@ -113,14 +114,30 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise SystemExit(f"runner.kind=ray needs ray (pip install 'ray[default]'): {exc}")
         if not hasattr(ray_runner, "train"):
             raise SystemExit("runner.kind=ray: runners.ray_runner.train is not available in this build; use runner.kind=local")
-        result = ray_runner.train(config)
+        result = ray_runner.train(config, command=_command(args))
     else:
         from runners.local import train
 
-        result = train(config)
+        result = train(config, command=_command(args))
     from runners.local import report
 
     print(report(result) if hasattr(result, "table") else result, flush=True)
+    return 0
+
+
+def _command(args: argparse.Namespace) -> str | None:
+    """The command line that is running, as the run records it (``None`` when unknown)."""
+    from runners.report import command_line
+
+    return command_line(args.argv) if getattr(args, "argv", None) is not None else None
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write a run's self-contained HTML report."""
+    from runners.report import write_report
+
+    out = write_report(args.run_dir, args.out, replays=args.replays)
+    print(f"Report: {out}")
     return 0
 
 
@@ -382,7 +399,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     preset = _preset_from_argv(argv or [])
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mazegym", description=DESCRIPTION, formatter_class=fmt)
-    sub = parser.add_subparsers(dest="command", metavar="{train,sft,eval,play,export,submit,presets}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,sft,eval,report,play,export,submit,presets}")
 
     def epilog() -> str:
         try:
@@ -421,6 +438,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=None, help="decoding temperature (default 0 = greedy)")
     p.add_argument("--json", default=None, help="where to write the JSON results (default <run_dir>/eval/eval.json)")
 
+    p = sub.add_parser("report", help="write a run's HTML report (learning curves, eval grid, replays, config)",
+                       description="Write one self-contained HTML file (images embedded, no network, no script) from "
+                                   "what a run dir holds: learning curves from metrics.jsonl, the fixed eval set as "
+                                   "solved/failed thumbnails before and after RL, GIF replays of the trained agent "
+                                   "from the per-maze eval records, the config, commands, versions and timings.",
+                       formatter_class=fmt)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-tiny)")
+    p.add_argument("--out", default=None, help="where to write the HTML (default RUN_DIR/report.html)")
+    p.add_argument("--replays", type=int, default=3, help="GIF replays per outcome, solved and failed (default 3)")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("play", help="play a maze yourself (terminal, or --window)",
                        description="Play a maze: type w/a/s/d (or up/left/down/right) and Enter; q quits.", formatter_class=fmt)
     p.add_argument("--size", type=int, default=9, help="grid side, odd (default 9, VisMaze-v0)")
@@ -458,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     if not getattr(args, "command", None):
         parser.print_help()
         return 0

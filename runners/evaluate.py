@@ -8,6 +8,12 @@
 
 Decoding is greedy by default (one episode per maze). Results are a JSON-ready dict and a
 readable table (:func:`format_table`).
+
+Every evaluation also keeps a **per-maze record** (:func:`maze_records`): maze index and id,
+success, moves, optimal moves, the executed actions (``None`` for an invalid reply) and a few
+invalid reply texts. The summary carries them under ``"mazes"``; the training loop moves them
+into one file per evaluation (:func:`write_eval_records`), from which any episode replays to a
+GIF without the model (:func:`mazegym.recording.replay`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ import numpy as np
 from algos.data import Episode
 from mazegym.evalsets import EVAL_SETS, load_eval_set
 from runners.rollout import RolloutConfig, evaluate_mazes, play_episodes
+
+RECORDS_FORMAT = 1
+"""Version of the per-maze eval record files (bumped when a field changes meaning)."""
+
+INVALID_SAMPLES = 3
+"""Invalid reply texts kept per maze (the first ones, each cut to :data:`SAMPLE_CHARS`)."""
+
+SAMPLE_CHARS = 300
 
 SUMMARY_KEYS = ("solve_rate", "solved", "episodes", "spl", "invalid_action_rate", "mean_moves")
 """Keys of every summary (overall and per size)."""
@@ -72,6 +86,119 @@ def oracle_progress(episodes: Sequence[Episode], mazes: Sequence[Any]) -> list[b
     return labels
 
 
+def maze_records(episodes: Sequence[Episode], mazes: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    """One JSON-ready record per episode: index in the eval set, maze id, outcome, actions, invalid replies.
+
+    ``mazes`` (the eval set) gives each record its index in the set (``None`` when the maze is
+    not in it); ``actions`` holds the executed env action of every turn, ``None`` for a reply
+    that could not be parsed (it still used a move), so the episode replays exactly.
+    """
+    index = {m.maze_id: i for i, m in enumerate(mazes or [])}
+    records = []
+    for ep in episodes:
+        invalid = [t.text for t in ep.turns if not t.valid]
+        records.append({
+            "index": index.get(ep.maze_id),
+            "maze_id": ep.maze_id,
+            "size": int(ep.info.get("size", 0)),
+            "success": task_success(ep),
+            "moves": ep.num_moves,
+            "optimal_moves": int(ep.optimal_moves),
+            "actions": [None if t.action is None or not t.valid else int(t.action) for t in ep.turns],
+            "invalid": len(invalid),
+            "invalid_samples": [text[:SAMPLE_CHARS] for text in invalid[:INVALID_SAMPLES]],
+        })
+    return records
+
+
+def eval_summary(set_name: str, episodes: Sequence[Episode], rollout: RolloutConfig, temperature: float = 0.0) -> dict[str, Any]:
+    """The summary of one evaluation of ``set_name``, with its per-maze records under ``"mazes"``.
+
+    ``"env"`` holds the settings an episode replays with (move limit, stop rule, env kwargs).
+    """
+    return {"set": set_name, "decoding": "greedy" if temperature <= 0 else f"T={temperature}", **summarize(episodes),
+            "env": {"max_moves": EVAL_SETS[set_name].max_moves, "require_stop": rollout.require_stop,
+                    "env_kwargs": dict(rollout.env_kwargs)},
+            "mazes": maze_records(episodes, load_eval_set(set_name))}
+
+
+RECORD_KEYS = ("env", "mazes")
+"""Summary keys that hold the per-maze records and their replay settings (not summary numbers)."""
+
+
+def strip_records(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The summary without its per-maze records and replay settings (what results files and checkpoints keep)."""
+    return None if summary is None else {k: v for k, v in summary.items() if k not in RECORD_KEYS}
+
+
+def records_path(run_dir: str | Path, step: int, set_name: str) -> Path:
+    """Where the loop keeps the per-maze records of the evaluation of ``set_name`` at RL step ``step``."""
+    return Path(run_dir) / "eval" / f"step_{int(step)}_{set_name}.json"
+
+
+def write_eval_records(run_dir: str | Path, step: int, summary: dict[str, Any], label: str = "") -> Path:
+    """Write one evaluation's summary and per-maze records to :func:`records_path`, atomically.
+
+    The file: ``{"format", "step", "set", "label", "summary", "env", "mazes": [...]}``;
+    ``label`` says which evaluation it was (``"before_rl"``, ``"rl"``, ``"final"``, ``"heldout"``).
+    """
+    from runners import atomic
+
+    data = {"format": RECORDS_FORMAT, "step": int(step), "set": summary.get("set"), "label": label,
+            "summary": strip_records(summary), "env": summary.get("env", {}), "mazes": list(summary.get("mazes", []))}
+    return atomic.write_json(records_path(run_dir, step, summary.get("set", "unknown")), data)
+
+
+def read_eval_records(path: str | Path) -> dict[str, Any]:
+    """Read a file :func:`write_eval_records` wrote; raises ValueError when it is not one."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable eval records file ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("mazes"), list) or "step" not in data:
+        raise ValueError(f"{path}: not an eval records file (needs 'step' and a 'mazes' list)")
+    if data.get("format", RECORDS_FORMAT) > RECORDS_FORMAT:
+        raise ValueError(f"{path}: records format {data['format']} is newer than this mazegym reads ({RECORDS_FORMAT})")
+    return data
+
+
+def list_eval_records(run_dir: str | Path, set_name: str | None = None) -> list[dict[str, Any]]:
+    """Every readable eval records file of a run (optionally one set), in step order; unreadable ones are skipped."""
+    out = []
+    for path in sorted((Path(run_dir) / "eval").glob("step_*.json")):
+        try:
+            data = read_eval_records(path)
+        except ValueError:
+            continue
+        if set_name is None or data.get("set") == set_name:
+            out.append({**data, "path": str(path)})
+    return sorted(out, key=lambda d: (int(d["step"]), str(d.get("set"))))
+
+
+def discard_eval_records(run_dir: str | Path, after_step: int) -> int:
+    """Remove record files of RL steps past ``after_step`` (``-1``: all), which a resumed run redoes; returns how many."""
+    removed = 0
+    for data in list_eval_records(run_dir):
+        if int(data["step"]) > after_step:
+            Path(data["path"]).unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def replay_record(record: dict[str, Any], env: dict[str, Any], spec: Any):
+    """Replay one per-maze record on its maze (:class:`~mazegym.maze.MazeSpec`) with the eval's env settings.
+
+    Returns :class:`mazegym.recording.Replay`; no model is needed.
+    """
+    from mazegym.recording import replay
+
+    kwargs = {"max_moves": env.get("max_moves", max(1, len(record["actions"]))),
+              "require_stop": env.get("require_stop", False), **env.get("env_kwargs", {})}
+    return replay(spec, record["actions"], **kwargs)
+
+
 def eval_rollout_config(base: RolloutConfig, set_name: str, temperature: float = 0.0) -> RolloutConfig:
     """The rollout settings for evaluating set ``set_name``: its move limit, one episode per maze."""
     info = EVAL_SETS[set_name]
@@ -80,14 +207,18 @@ def eval_rollout_config(base: RolloutConfig, set_name: str, temperature: float =
 
 def evaluate_set(generator: Any, set_name: str, rollout: RolloutConfig, temperature: float = 0.0, seed: int = 0,
                  return_episodes: bool = False) -> dict[str, Any] | tuple[dict[str, Any], list[Episode]]:
-    """Play every maze of ``set_name`` once (greedy unless ``temperature`` > 0) and summarise."""
+    """Play every maze of ``set_name`` once (greedy unless ``temperature`` > 0) and summarise.
+
+    The summary includes the per-maze records (``"mazes"``) and replay settings (``"env"``), see
+    :func:`eval_summary`.
+    """
     mazes = load_eval_set(set_name)
     config = eval_rollout_config(rollout, set_name, temperature)
     if temperature <= 0:
         episodes = evaluate_mazes(generator, mazes, config, seed=seed)
     else:
         episodes = play_episodes(generator, mazes, config, 1, seed=seed)
-    summary = {"set": set_name, "decoding": "greedy" if temperature <= 0 else f"T={temperature}", **summarize(episodes)}
+    summary = eval_summary(set_name, episodes, config, temperature)
     return (summary, episodes) if return_episodes else summary
 
 

@@ -45,6 +45,7 @@ from runners.checkpoint import CheckpointManager
 from runners.config import TrainConfig
 from runners.evaluate import evaluate_set, write_json
 from runners.metrics import MetricsLogger, Progress
+from runners.report import record_invocation
 from runners.loop import LoopState, RunResult, run_rl_loop
 from runners.rollout import RolloutConfig, collect_groups
 
@@ -489,8 +490,11 @@ def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream)
 
 
 # =========================================================================== the loop
-def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None) -> RunResult:
+def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
+          command: str | None = None) -> RunResult:
     """Run SFT (when needed) then RL with the local runner; returns before/after results.
+
+    ``command`` (the command line, when there is one) is recorded in ``run_info.json``.
 
     ``stop_after`` ends the process's loop after that many RL steps *as if interrupted*
     (the final-checkpoint and final-eval of a finished run are skipped); tests use it to
@@ -504,6 +508,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
     resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
+    record_invocation(run_dir, command)
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     try:

@@ -24,7 +24,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from algos.data import Episode
 from runners import atomic
-from runners.evaluate import case_study_table, format_table, write_json
+from runners.evaluate import (case_study_table, discard_eval_records, format_table, strip_records, write_eval_records,
+                               write_json)
 from runners.metrics import PhaseTimer, Progress, read_jsonl
 from runners.rollout import rollout_metrics
 
@@ -104,6 +105,27 @@ def eval_fields(summary: dict[str, Any]) -> dict[str, float]:
             "eval/invalid_action_rate": summary["invalid_action_rate"]}
 
 
+def evaluate_and_record(backend: StepBackend, set_name: str, run_dir: Path, step: int, label: str,
+                        metrics: Any = None, grid: bool = False) -> dict[str, Any]:
+    """Evaluate ``set_name``, write its per-maze records under ``run_dir/eval`` and return the bare summary.
+
+    With ``grid``, the solved/failed thumbnail grid goes to TensorBoard too (``eval/mazes``).
+    """
+    summary = backend.evaluate(set_name)
+    write_eval_records(run_dir, step, summary, label)
+    if grid and summary.get("mazes") and hasattr(metrics, "log_image"):
+        from mazegym.evalsets import load_eval_set
+        from mazegym.recording import maze_grid
+
+        specs = load_eval_set(set_name)
+        solved: list[bool | None] = [None] * len(specs)
+        for rec in summary["mazes"]:
+            if rec.get("index") is not None:
+                solved[rec["index"]] = rec["success"]
+        metrics.log_image("eval/mazes", maze_grid(specs, solved), step)
+    return strip_records(summary)
+
+
 def discard_replayed_records(metrics: Any, state: LoopState, log: Callable[[str], None] = print) -> int:
     """Drop metric records this run is about to write again, so every step has one record.
 
@@ -152,11 +174,12 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
     ``state.step`` is logged from the checkpoint when that attempt died before logging it.
     """
     discard_replayed_records(metrics, state, log)
+    discard_eval_records(run_dir, -1 if state.step == 0 and state.before is None else state.step)
     restore_unlogged_record(metrics, state, log)
     if state.step == 0 and state.before is None and config.eval.before_rl:
         timer = PhaseTimer()
         with timer.phase("eval"):
-            state.before = backend.evaluate(config.maze.eval_set)
+            state.before = evaluate_and_record(backend, config.maze.eval_set, run_dir, 0, "before_rl", metrics, grid=True)
         b = state.before
         metrics.log(0, {**eval_fields(b), **timer.pop()}, phase="eval")
         state.history.append({"step": 0, "solve_rate": b["solve_rate"]})
@@ -164,18 +187,18 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
 
     progress = Progress(config.loop.steps, initial=state.step, desc=backend.description, enabled=config.logging.progress)
     try:  # the bar is closed however the loop ends (finished, interrupted, or failed)
-        stopped, after, final_step = _run_steps(config, backend, stream, state, metrics, progress, stop_after)
+        stopped, after, final_step = _run_steps(config, backend, stream, state, metrics, progress, stop_after, run_dir)
     finally:
         progress.close()
     if stopped:
         return RunResult(run_dir, state.before, None, state.step, time.perf_counter() - t_start)
     if after is None:  # resumed a finished run: evaluate what the checkpoint holds
-        after = backend.evaluate(config.maze.eval_set)
+        after = evaluate_and_record(backend, config.maze.eval_set, run_dir, final_step, "final", metrics)
     return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
 
 
 def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState, metrics: Any, progress: Any,
-               stop_after: int | None) -> tuple[bool, dict[str, Any] | None, int]:
+               stop_after: int | None, run_dir: Path) -> tuple[bool, dict[str, Any] | None, int]:
     """The step loop of :func:`run_rl_loop`; returns (stopped early, final eval summary, final step)."""
     last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
     deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
@@ -195,7 +218,7 @@ def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState,
         done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
         if done or (config.eval.every and step % config.eval.every == 0):
             with timer.phase("eval"):
-                res = backend.evaluate(config.maze.eval_set)
+                res = evaluate_and_record(backend, config.maze.eval_set, run_dir, step, "rl", metrics, grid=True)
             last_eval = res["solve_rate"]
             state.history.append({"step": step, "solve_rate": last_eval})
             record.update(eval_fields(res))
@@ -231,16 +254,30 @@ def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[
         atomic.replace_dir(staging, final_adapter)  # a crash leaves the previous final adapter, never an empty one
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    heldout = {name: backend.evaluate(name) for name in config.maze.heldout_sets}
+    heldout = {name: evaluate_and_record(backend, name, run_dir, final_step, "heldout") for name in config.maze.heldout_sets}
     seconds = time.perf_counter() - t_start
     extra_results, extra_artifacts = backend.results_extras()
     results = {"eval_set": config.maze.eval_set, "before_rl": state.before, "after_rl": after, "heldout": heldout,
                "rl_steps": final_step, "seconds": seconds, "eval_history": state.history, **extra_results}
     write_json(run_dir / "eval_results.json", results)
+    if hasattr(metrics, "log_hparams"):
+        final = {"eval_solve_rate_after": after["solve_rate"], "eval_spl_after": after["spl"], "rl_steps": final_step}
+        if state.before is not None:
+            final["eval_solve_rate_before"] = state.before["solve_rate"]
+        metrics.log_hparams(_hparams(config), final)
     table = case_study_table(state.before, after, config.maze.eval_set)
     if heldout:
         table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
     artifacts = {"run_dir": str(run_dir), **extra_artifacts, "final_adapter": str(final_adapter),
                  "checkpoints": str(manager.root), "metrics_jsonl": str(metrics.jsonl_path),
-                 "tensorboard": str(run_dir / "tensorboard"), "eval_results": str(run_dir / "eval_results.json")}
+                 "tensorboard": str(run_dir / "tensorboard"), "eval_results": str(run_dir / "eval_results.json"),
+                 "eval_records": str(run_dir / "eval")}
     return RunResult(run_dir, state.before, after, final_step, seconds, artifacts, table)
+
+
+def _hparams(config: Any) -> dict[str, Any]:
+    """The hyperparameters worth comparing runs by (algorithm, rollout, loop, LoRA), for TensorBoard."""
+    from runners.config import to_dict
+
+    data = to_dict(config)
+    return {"preset": data.get("preset"), **{k: data[k] for k in ("algo", "rollout", "loop", "lora") if k in data}}

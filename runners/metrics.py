@@ -2,7 +2,12 @@
 
 Every call to :meth:`MetricsLogger.log` writes one JSON line (``<run_dir>/metrics.jsonl``:
 ``{"step": n, "phase": "rl", ...}``) and the same scalars to TensorBoard
-(``<run_dir>/tensorboard``). The collapse diagnostics of the algorithm zoo
+(``<run_dir>/tensorboard``). A namespaced key (``eval/solve_rate``, ``time/eval``,
+``rollout/success_rate``) is one TensorBoard tag whatever the phase, so the before-RL
+evaluation (phase ``eval``, step 0) and the later ones (phase ``rl``) form one curve; a plain
+key is filed under its phase (``sft/loss``). :meth:`MetricsLogger.log_image` adds images (the
+eval grid of solved and failed mazes) and :meth:`MetricsLogger.log_hparams` the run's
+hyperparameters with its final metrics. The collapse diagnostics of the algorithm zoo
 (``reward_var_mean``, ``zero_var_group_frac``, ``entropy``, ``clip_frac``, ``approx_kl``,
 ``grad_norm``) come back from ``Algorithm.update`` and are logged under ``train/``; the step
 loop adds ``time/<phase>`` seconds for generate, score, update, sync, eval and checkpoint.
@@ -48,6 +53,11 @@ class PhaseTimer:
         out = self.peek()
         self.seconds = {}
         return out
+
+
+def tb_tag(phase: str, key: str) -> str:
+    """The TensorBoard tag of ``key`` logged in ``phase``: namespaced keys keep their name across phases."""
+    return key if "/" in key else f"{phase}/{key}"
 
 
 def _finite_scalars(metrics: dict[str, Any]) -> dict[str, float]:
@@ -133,11 +143,30 @@ class MetricsLogger:
         scalars = _finite_scalars(metrics)
         if self.tb is not None:
             for key, value in scalars.items():
-                self.tb.add_scalar(f"{phase}/{key}", value, step)
+                self.tb.add_scalar(tb_tag(phase, key), value, step)
         if self.wandb is not None:
             self._wandb_log(step, scalars, phase)
         if self.mlflow is not None:
             self.mlflow.log_metrics({f"{phase}/{k}".replace("/", "."): v for k, v in scalars.items()}, step=step)
+
+    def log_image(self, tag: str, image: Any, step: int) -> None:
+        """Send an HxWx3 uint8 image to TensorBoard under ``tag`` (JSONL keeps scalars only)."""
+        if self.tb is not None:
+            self.tb.add_image(tag, image, step, dataformats="HWC")
+
+    def log_hparams(self, hparams: dict[str, Any], final: dict[str, float]) -> None:
+        """Record the run's hyperparameters with its final metrics in TensorBoard's HPARAMS tab.
+
+        ``hparams`` may be nested (flattened to dotted keys); values other than numbers,
+        strings and booleans are written as text. ``final`` keys are prefixed ``hparam/``.
+        """
+        if self.tb is None:
+            return
+        flat = {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v, default=str)
+                for k, v in _flatten(hparams).items()}
+        scalars = {f"hparam/{k}": v for k, v in _finite_scalars(final).items()}
+        # run_name "." keeps the hparams beside the scalars instead of in a run of their own.
+        self.tb.add_hparams(flat, scalars, run_name=".")
 
     def _wandb_log(self, step: int, scalars: dict[str, float], phase: str) -> None:
         """Log to W&B against a per-phase x-axis (``<phase>/step``).

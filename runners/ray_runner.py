@@ -551,23 +551,25 @@ def padding_passes(per_rank: list[dict[str, float]]) -> float:
     return float(sum(m.get(PADDING_KEY, 0.0) for m in per_rank))
 
 
-def _evaluate(group: WorkerGroup, set_name: str, temperature: float) -> dict[str, Any]:
-    """Evaluate ``set_name`` with the mazes split over the workers; same summary as evaluate_set."""
+def _evaluate(group: WorkerGroup, set_name: str, temperature: float, rollout: Any) -> dict[str, Any]:
+    """Evaluate ``set_name`` with the mazes split over the workers; same summary (and per-maze records) as evaluate_set."""
     from mazegym.evalsets import load_eval_set
-    from runners.evaluate import summarize
+    from runners.evaluate import eval_summary
 
     n = len(load_eval_set(set_name))
     bounds = split_evenly(list(range(n)), len(group.actors))
     per_rank = [(set_name, b[0] if b else 0, b[-1] + 1 if b else 0) for b in bounds]
     episodes = [ep for part in group.call("evaluate", per_rank=per_rank) for ep in part]
-    return {"set": set_name, "decoding": "greedy" if temperature <= 0 else f"T={temperature}", **summarize(episodes)}
+    return eval_summary(set_name, episodes, rollout, temperature)
 
 
-def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg: RayConfig | None = None) -> Any:
+def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg: RayConfig | None = None,
+          command: str | None = None) -> Any:
     """Run SFT (when needed, on the driver) then RL on a Ray cluster; returns a local.RunResult.
 
     Same config, same phases, same logs as :func:`runners.local.train`; ``stop_after`` ends
-    the loop after that many steps as if interrupted (for resume tests).
+    the loop after that many steps as if interrupted (for resume tests); ``command`` is recorded
+    in ``run_info.json``.
     """
     import shutil
     import time
@@ -580,6 +582,7 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
     from runners import local
     from runners.checkpoint import CheckpointManager
     from runners.metrics import MetricsLogger
+    from runners.report import record_invocation
 
     t_start = time.perf_counter()
     cfgmod.validate(config)
@@ -592,6 +595,7 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
     resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
+    record_invocation(run_dir, command)
     metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
                             project=config.logging.project, config=cfgmod.to_dict(config))
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
@@ -712,7 +716,9 @@ class RayBackend:
 
     def evaluate(self, set_name: str) -> dict[str, Any]:
         """The eval set split over the workers (:func:`_evaluate`)."""
-        return _evaluate(self.group, set_name, self.config.eval.temperature)
+        from runners.local import rollout_config
+
+        return _evaluate(self.group, set_name, self.config.eval.temperature, rollout_config(self.config))
 
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Rank 0 writes the gathered adapter + optimizer state (every rank joins the gather)."""
