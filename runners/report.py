@@ -17,6 +17,7 @@ import base64
 import html
 import io
 import json
+import math
 import platform
 import time
 from dataclasses import dataclass, field
@@ -157,18 +158,23 @@ def _figure_uri(fig: Any) -> str:
 def _series(records: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of ``key`` over RL-side records (phases ``eval`` and ``rl``), in step order."""
     points = sorted((int(r["step"]), float(r[key])) for r in records
-                    if r.get("phase") in ("eval", "rl") and isinstance(r.get(key), (int, float))
-                    and not isinstance(r.get(key), bool))
+                    if r.get("phase") in ("eval", "rl") and _number(r.get(key)))
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def _chart(title: str, panels: list[tuple[str, list[tuple[str, list[int], list[float]]]]], xlabel: str = "RL step",
+def _number(value: Any) -> bool:
+    """A finite int or float (NaN, infinities and booleans are left out of charts)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _chart(panels: list[tuple[str, list[tuple[str, list[int], list[float]]]]], xlabel: str = "RL step",
            ylim: tuple[float, float] | None = None) -> str:
     """One PNG of side-by-side panels, each with its named lines; matplotlib's Agg canvas, no pyplot state."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(4.2 * len(panels), 3.2))
+    fig = Figure(figsize=(4.2 * len(panels), 3.2), layout="constrained")
     FigureCanvasAgg(fig)
     for i, (name, lines) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
@@ -176,12 +182,12 @@ def _chart(title: str, panels: list[tuple[str, list[tuple[str, list[int], list[f
             ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, label=label)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ylim is not None:
             ax.set_ylim(*ylim)
         if len(lines) > 1:
             ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=11)
     return _figure_uri(fig)
 
 
@@ -193,23 +199,22 @@ def learning_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     if rates:
         names = {"rollout/success_rate": "training rollouts (sampled)", "eval/solve_rate": "eval set (greedy)"}
         charts.append(("Success: training rollouts and the fixed eval set",
-                       _chart("Success rate", [("success / solve rate", [(names[k], x, y) for k, x, y in rates])],
+                       _chart([("success / solve rate", [(names[k], x, y) for k, x, y in rates])],
                               ylim=(-0.02, 1.02))))
     for caption, keys in (("Return and SPL", REWARD_KEYS), ("Policy: KL, entropy, clip fraction", POLICY_KEYS)):
         panels = [(k, [(k, *_series(records, k))]) for k in keys]
         panels = [p for p in panels if p[1][0][1]]
         if panels:
-            charts.append((caption, _chart(caption, panels)))
+            charts.append((caption, _chart(panels)))
     time_keys = sorted({k for r in records if r.get("phase") == "rl" for k in r if k.startswith("time/")})
     if time_keys:
         lines = [(k.split("/", 1)[1], *_series([r for r in records if r.get("phase") == "rl"], k)) for k in time_keys]
         charts.append(("Seconds per RL step, by phase (sync includes the parity probe)",
-                       _chart("Step time by phase (s)", [("seconds", lines)])))
+                       _chart([("seconds", lines)])))
     for phase, key, caption in (("vision", "vision_loss", "Vision pretraining loss"), ("sft", "loss", "SFT loss")):
-        points = sorted((int(r["step"]), float(r[key])) for r in records
-                        if r.get("phase") == phase and isinstance(r.get(key), (int, float)))
+        points = sorted((int(r["step"]), float(r[key])) for r in records if r.get("phase") == phase and _number(r.get(key)))
         if points:
-            charts.append((caption, _chart(caption, [(key, [(key, [p[0] for p in points], [p[1] for p in points])])],
+            charts.append((caption, _chart([(key, [(key, [p[0] for p in points], [p[1] for p in points])])],
                                            xlabel=f"{phase} step")))
     return charts
 
@@ -226,7 +231,7 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 12px}
 h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
 .note{background:#fff6d5;border:1px solid #e6d07a;padding:8px 12px;border-radius:4px}
-.grid{display:flex;flex-wrap:wrap;gap:6px}.cell{width:92px;text-align:center;font-size:11px}
+.grid{display:flex;flex-wrap:wrap;gap:6px}.cell{width:92px;text-align:center;font-size:10px}
 .cell img{width:84px;image-rendering:pixelated}.ok{color:#007a00}.bad{color:#78009f}
 .replays{display:flex;flex-wrap:wrap;gap:16px}.replay{width:260px;font-size:12px}
 .replay img{width:240px;image-rendering:pixelated;border:1px solid #ccc}
@@ -256,7 +261,7 @@ def _eval_grid(evaluation: dict[str, Any], specs: Sequence[Any]) -> str:
         rec = by_index.get(i)
         solved = None if rec is None else bool(rec["success"])
         mark = "not played" if rec is None else ("&#10003; solved" if solved else "&#10007; failed")
-        moves = "" if rec is None else f"<br>{rec['moves']} moves (best {rec['optimal_moves']})"
+        moves = "" if rec is None else f"<br>{rec['moves']} / {rec['optimal_moves']} moves"
         cls = "" if rec is None else ("ok" if solved else "bad")
         cells.append(f'<div class="cell"><img alt="maze {i}: {mark}" src="{_png(maze_thumbnail(spec, solved))}">'
                      f'<br>#{i} <span class="{cls}">{mark}</span>{moves}</div>')
@@ -276,7 +281,9 @@ def _replays(evaluation: dict[str, Any], specs: Sequence[Any], per_outcome: int)
         items = []
         for rec in chosen:
             gif = _replay_gif(rec, evaluation.get("env", {}), specs[rec["index"]])
-            samples = "".join(f"<pre>{_esc(t)}</pre>" for t in rec.get("invalid_samples", []))
+            samples = "".join(f"<pre>{_esc(t) if t.strip() else '(empty reply)'}</pre>"
+                              for t in rec.get("invalid_samples", []))
+            samples = f"<br>Invalid replies, first ones:{samples}" if samples else ""
             invalid = f"; {rec['invalid']} invalid repl{'y' if rec['invalid'] == 1 else 'ies'}" if rec.get("invalid") else ""
             items.append(f'<div class="replay"><img alt="replay of maze {rec["index"]}" src="{gif}"><br>'
                          f'maze #{rec["index"]} ({_esc(rec["maze_id"])}): {rec["moves"]} moves, '
@@ -299,7 +306,8 @@ def _mazes_section(data: RunData, replays: int) -> str:
     specs = load_eval_set(eval_set)
     first, last = main[0], main[-1]
     out = [f"<p>Fixed set <b>{_esc(eval_set)}</b> ({len(specs)} mazes), greedy decoding. Green frame: solved; "
-           f"purple: failed. The agent (blue) starts where shown; the goal is red.</p>"]
+           "purple: failed. The agent (blue) starts where shown; the goal is red. Under each maze: moves used / "
+           "shortest path.</p>"]
     shown = [("Before RL" if first["step"] == 0 else "First evaluation", first)]
     if last is not first:
         shown.append(("After RL", last))
@@ -330,16 +338,16 @@ def _mazes_section(data: RunData, replays: int) -> str:
 def _timings(data: RunData) -> str:
     """Wall time per phase from the records' timestamps, summed step timings, and the results' total."""
     rows = []
-    for phase in ("vision", "sft", "eval", "rl"):
-        stamps = [r["time"] for r in data.metrics if r.get("phase") == phase and isinstance(r.get("time"), (int, float))]
-        if stamps:
+    for phase in ("vision", "sft", "rl"):
+        stamps = [r["time"] for r in data.metrics if r.get("phase") == phase and _number(r.get("time"))]
+        if len(stamps) > 1:
             steps = sum(1 for r in data.metrics if r.get("phase") == phase)
             rows.append((f"{phase} records", f"{steps} record(s), first to last {max(stamps) - min(stamps):.1f} s"))
     totals: dict[str, float] = {}
     for r in data.metrics:
         if r.get("phase") in ("rl", "eval"):
             for k, v in r.items():
-                if k.startswith("time/") and isinstance(v, (int, float)):
+                if k.startswith("time/") and _number(v):
                     totals[k] = totals.get(k, 0.0) + float(v)
     rows += [(f"sum of {k}", f"{v:.1f} s") for k, v in sorted(totals.items())]
     if data.results and isinstance(data.results.get("seconds"), (int, float)):

@@ -1,0 +1,220 @@
+"""Per-maze eval records and `mazegym report`: records round-trip and replay, the report renders in a browser.
+
+The end-to-end test builds a small synthetic run dir with the same writers a training run uses
+(MetricsLogger, write_eval_records, record_invocation, config.json), runs `mazegym report` on it,
+and loads the HTML in headless Chromium: no console errors, every image decoded (naturalWidth > 0).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from algos.data import Episode, Turn
+from mazegym.evalsets import EVAL_SETS, load_eval_set
+from mazegym.recording import OUTCOME_RGB, maze_grid, maze_thumbnail
+from mazegym.solver import shortest_path_actions
+from runners import cli
+from runners.evaluate import (discard_eval_records, eval_summary, list_eval_records, maze_records, read_eval_records,
+                              records_path, replay_record, strip_records, write_eval_records)
+from runners.rollout import RolloutConfig
+
+SET = "heldout-7x7"
+
+
+def _episode(spec, solved: bool, invalid_texts=("no idea", "<action>jump</action>")) -> Episode:
+    """An episode as a rollout records it: the shortest path when solved; else invalid replies, then back and forth
+    between the start and the cell away from the goal (never reaching it)."""
+    path = shortest_path_actions(spec.grid, spec.start, spec.goal)
+    if solved:
+        turns = [Turn(action=a, valid=True, text=f"<action>{a}</action>") for a in path]
+    else:
+        turns = [Turn(action=None, valid=False, text=t) for t in invalid_texts]
+        away = [(path[0] + 2) % 4, path[0]]
+        turns += [Turn(action=away[i % 2], valid=True, text="move") for i in range(EVAL_SETS[SET].max_moves - len(turns))]
+    optimal = len(path)
+    return Episode(turns=turns, maze_id=spec.maze_id, success=solved, optimal_moves=optimal, info={"size": spec.size})
+
+
+def _summary(solved_indices: set[int]) -> dict:
+    mazes = load_eval_set(SET)
+    episodes = [_episode(m, i in solved_indices) for i, m in enumerate(mazes)]
+    return eval_summary(SET, episodes, RolloutConfig(max_moves=EVAL_SETS[SET].max_moves))
+
+
+# --------------------------------------------------------------------------- records
+def test_maze_records_keep_outcome_actions_and_a_few_invalid_replies():
+    spec = load_eval_set(SET)[5]
+    texts = ("a", "b" * 1000, "c", "d")
+    records = maze_records([_episode(spec, False, texts), _episode(spec, True)], load_eval_set(SET))
+    failed, solved = records
+    assert failed["index"] == 5 and failed["maze_id"] == spec.maze_id and failed["success"] is False
+    assert failed["moves"] == EVAL_SETS[SET].max_moves and failed["actions"][:4] == [None] * 4
+    assert failed["invalid"] == 4 and len(failed["invalid_samples"]) == 3 and len(failed["invalid_samples"][1]) == 300
+    assert solved["success"] is True and solved["moves"] == solved["optimal_moves"] == len(solved["actions"])
+    assert maze_records([_episode(spec, True)])[0]["index"] is None, "a maze outside the given set has no index"
+    json.dumps(records)  # JSON-ready
+
+
+def test_records_file_round_trip_list_and_discard(tmp_path):
+    summary = _summary({0, 3})
+    assert {"mazes", "env"} <= set(summary) and not {"mazes", "env"} & set(strip_records(summary))
+    path = write_eval_records(tmp_path, 4, summary, "rl")
+    assert path == records_path(tmp_path, 4, SET) == tmp_path / "eval" / f"step_4_{SET}.json"
+    data = read_eval_records(path)
+    assert data["step"] == 4 and data["set"] == SET and data["label"] == "rl" and data["format"] == 1
+    assert data["summary"]["solved"] == 2 and "mazes" not in data["summary"]
+    assert data["env"] == {"max_moves": EVAL_SETS[SET].max_moves, "require_stop": False, "env_kwargs": {}}
+    assert [m["index"] for m in data["mazes"]] == list(range(64))
+    write_eval_records(tmp_path, 0, _summary(set()), "before_rl")
+    write_eval_records(tmp_path, 12, summary, "rl")
+    (tmp_path / "eval" / "step_99_broken.json").write_text("{not json")
+    assert [d["step"] for d in list_eval_records(tmp_path)] == [0, 4, 12], "numeric step order; unreadable files skipped"
+    assert discard_eval_records(tmp_path, 4) == 1 and [d["step"] for d in list_eval_records(tmp_path)] == [0, 4]
+    with pytest.raises(ValueError, match="eval records file"):
+        read_eval_records(tmp_path / "eval" / "step_99_broken.json")
+    assert not list((tmp_path / "eval").glob(".*.tmp")), "written atomically: no temporary files left"
+
+
+def test_a_record_replays_to_the_recorded_outcome_without_the_model(tmp_path):
+    data = read_eval_records(write_eval_records(tmp_path, 1, _summary({2}), "rl"))
+    specs = load_eval_set(SET)
+    for rec in data["mazes"][:4]:
+        result = replay_record(rec, data["env"], specs[rec["index"]])
+        assert result.success == rec["success"] and result.actions_used == rec["moves"]
+        assert len(result.frames) == rec["moves"] + 1
+
+
+def test_thumbnails_are_framed_by_outcome():
+    spec = load_eval_set(SET)[0]
+    for outcome in (True, False, None):
+        thumb = maze_thumbnail(spec, outcome, cell_px=4, border=2)
+        assert thumb.shape == (7 * 4 + 4, 7 * 4 + 4, 3) and tuple(thumb[0, 0]) == OUTCOME_RGB[outcome]
+    sheet = maze_grid(load_eval_set(SET)[:10], [True] * 10, columns=4, cell_px=4, border=2, gap=1)
+    assert sheet.shape == (3 * 33 + 1, 4 * 33 + 1, 3) and sheet.dtype == np.uint8
+    with pytest.raises(ValueError):
+        maze_grid(load_eval_set(SET)[:2], [True])
+
+
+# --------------------------------------------------------------------------- report
+def make_run(run: Path, evals: bool = True, metrics: bool = True) -> Path:
+    """A run dir written by the same functions a training run uses."""
+    from runners.config import to_dict
+    from runners.metrics import MetricsLogger
+    from runners.presets import get_preset
+    from runners.report import record_invocation
+
+    cfg = get_preset("cpu-tiny")
+    cfg.run_dir = str(run)
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(to_dict(cfg)))
+    record_invocation(run, "mazegym train --run-dir " + str(run))
+    if metrics:
+        logger = MetricsLogger(run, tensorboard=False, echo=lambda m: None)
+        for step in range(1, 6):
+            logger.log(step, {"loss": 3.0 / step, "grad_norm": 1.0}, phase="sft")
+        logger.log(0, {"eval/solve_rate": 0.25, "time/eval": 4.0}, phase="eval")
+        for step in range(1, 5):
+            logger.log(step, {"rollout/success_rate": 0.2 + 0.05 * step, "train/return_mean": 0.1 * step,
+                              "train/approx_kl": 0.01, "train/entropy": float("nan"), "train/clip_frac": 0.1,
+                              "time/generate": 2.0, "time/update": 1.0, "time/sync": 0.1,
+                              **({"eval/solve_rate": 0.4} if step % 2 == 0 else {})}, phase="rl")
+        logger.close()
+    if evals:
+        write_eval_records(run, 0, _summary(set(range(16))), "before_rl")
+        write_eval_records(run, 4, _summary(set(range(8, 34))), "rl")
+    return run
+
+
+def _report(argv, capsys):
+    code = cli.main(["report", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_report_is_one_self_contained_html_file(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    out = tmp_path / "r.html"
+    code, stdout, err = _report([str(run), "--out", str(out), "--replays", "2"], capsys)
+    assert code == 0, err
+    page = out.read_text()
+    assert str(out) in stdout
+    urls = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert urls and all(u.startswith("data:image/") for u in urls), "every image embedded, nothing fetched"
+    assert "<script" not in page.lower()
+    assert page.count('src="data:image/gif;base64,') == 4, "2 solved + 2 failed replays"
+    assert page.count('alt="maze ') == 128, "64 thumbnails before and 64 after"
+    assert "Before RL: step 0" in page and "After RL: step 4" in page and "26/64" in page
+    assert "Newly solved: #16, #17" in page and "Newly failed: #0, #1" in page
+    assert "mazegym train --run-dir" in page and "transformers" in page and "Success: training rollouts" in page
+    assert "(empty reply)" not in page and "no idea" in page, "invalid reply samples shown, escaped"
+
+
+def test_report_says_what_is_missing_and_refuses_a_dir_without_a_run(tmp_path, capsys):
+    bare = make_run(tmp_path / "bare", evals=False, metrics=False)
+    code, stdout, err = _report([str(bare)], capsys)
+    page = (bare / "report.html").read_text()
+    assert code == 0 and "no metrics" in page and "no per-maze eval records" in page and "no eval_results.json" in page
+    (tmp_path / "empty").mkdir()
+    code, stdout, err = _report([str(tmp_path / "empty")], capsys)
+    assert code == 2 and "holds no mazegym run" in err and "Traceback" not in err
+    assert not (tmp_path / "empty" / "report.html").exists()
+
+
+# --------------------------------------------------------------------------- browser
+PROBE = """<script>
+window.__errors = [];
+window.addEventListener('error', function (e) {
+  var src = e.target && e.target.src ? String(e.target.src).slice(0, 40) : '';
+  window.__errors.push(e.message ? String(e.message) : 'failed to load ' + src);
+}, true);
+['error', 'warn'].forEach(function (level) {
+  var original = console[level];
+  console[level] = function () { window.__errors.push(level + ': ' + [].join.call(arguments, ' ')); original.apply(console, arguments); };
+});
+window.addEventListener('load', function () {
+  var images = [].slice.call(document.images);
+  var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); }).map(function (i) { return i.alt; });
+  var out = document.createElement('pre');
+  out.id = 'mazegym-probe';
+  out.textContent = JSON.stringify({images: images.length, broken: broken, errors: window.__errors});
+  document.body.appendChild(out);
+});
+</script>"""
+"""Injected into a copy of the report (which has no script of its own): records errors, then checks every image."""
+
+
+def chromium() -> str | None:
+    """The Chromium (or Chrome) executable on PATH, if any."""
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium on PATH: scripts/install.sh installs it with apt-get when run "
+                                               "as root (apt-get install -y chromium)")
+def test_report_renders_in_headless_chromium_with_every_image_loaded(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    assert _report([str(run)], capsys)[0] == 0
+    page = (run / "report.html").read_text()
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("<head>", "<head>" + PROBE, 1))
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+                           probed.as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = re.search(r'<pre id="mazegym-probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, "the page did not finish loading: " + proc.stderr[-2000:]
+    probe = json.loads(html.unescape(found.group(1)))
+    assert probe["images"] == page.count("<img "), probe
+    assert probe["broken"] == [] and probe["errors"] == [], probe
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == [], "the page wrote to the console:\n" + "\n".join(console)
