@@ -9,7 +9,7 @@ import pytest
 
 from runners import cli
 
-SUBCOMMANDS = ["train", "sft", "eval", "play", "export", "presets"]
+SUBCOMMANDS = ["train", "sft", "eval", "report", "play", "export", "presets"]
 
 
 def _run_main(argv, capsys):

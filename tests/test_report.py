@@ -218,3 +218,81 @@ def test_report_renders_in_headless_chromium_with_every_image_loaded(tmp_path, c
     assert probe["broken"] == [] and probe["errors"] == [], probe
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     assert console == [], "the page wrote to the console:\n" + "\n".join(console)
+
+
+# --------------------------------------------------------------------------- the training loop writes them
+class _Backend:
+    """A step backend with no model: every evaluation solves the first ``4 * step`` mazes."""
+
+    description = "RL (fake)"
+
+    def __init__(self):
+        self.step = 0
+
+    def generate(self, mazes, step):
+        self.step = step
+        return []
+
+    def update(self, episodes):
+        return {"loss": 1.0}
+
+    def sync(self, step, check_parity):
+        return {}
+
+    def evaluate(self, set_name):
+        return _summary(set(range(4 * self.step))) if set_name == SET else {**_summary(set()), "set": set_name}
+
+    def checkpoint(self, step, stream_state, extra):
+        json.dumps(extra)  # what a checkpoint keeps is JSON, without the per-maze records
+        assert "mazes" not in (extra["before"] or {})
+
+    def save_adapter(self, directory):
+        (directory / "adapter_model.safetensors").write_bytes(b"x")
+
+    def step_extras(self, *args):
+        return {}
+
+    def results_extras(self):
+        return {}, {}
+
+
+def test_the_loop_writes_records_per_eval_and_one_tensorboard_tag_per_quantity(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from runners.checkpoint import CheckpointManager
+    from runners.config import apply_overrides
+    from runners.loop import LoopState, run_rl_loop
+    from runners.metrics import MetricsLogger
+    from runners.presets import get_preset
+
+    class Stream:
+        def __next__(self):
+            return None
+
+        def state_dict(self):
+            return {}
+
+    config = apply_overrides(get_preset("cpu-tiny"), ["loop.steps=4", "eval.every=2", "logging.progress=false",
+                                                      "loop.mazes_per_step=1", f"maze.eval_set={SET}",
+                                                      "maze.heldout_sets=heldout-13x13", "checkpoint.every=0"])
+    (tmp_path / "eval").mkdir()
+    write_eval_records(tmp_path, 7, _summary(set()), "rl")  # left by an earlier, longer attempt: a fresh start drops it
+    metrics = MetricsLogger(tmp_path, echo=lambda m: None)
+    try:
+        result = run_rl_loop(config, _Backend(), Stream(), LoopState(), tmp_path, CheckpointManager(tmp_path / "c"),
+                             metrics, lambda m: None, None, 0.0)
+    finally:
+        metrics.close()
+    assert [(d["step"], d["set"], d["label"]) for d in list_eval_records(tmp_path)] == [
+        (0, SET, "before_rl"), (2, SET, "rl"), (4, "heldout-13x13", "heldout"), (4, SET, "rl")]
+    assert result.after["solved"] == 16 and "mazes" not in result.after
+    results = json.loads((tmp_path / "eval_results.json").read_text())
+    assert "mazes" not in results["before_rl"] and "mazes" not in results["heldout"]["heldout-13x13"]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(s.step, s.value) for s in events.Scalars("eval/solve_rate")] == [(0, 0.0), (2, 0.125), (4, 0.25)]
+    assert [i.step for i in events.Images("eval/mazes")] == [0, 2, 4]
+    assert not [t for t in events.Tags()["scalars"] if t.startswith(("rl/eval", "eval/eval"))]
+    assert [s.value for s in events.Scalars("hparam/eval_solve_rate_after")] == [0.25], "hparams with final metrics"
+    code = cli.main(["report", str(tmp_path)])
+    assert code == 0 and "After RL: step 4" in (tmp_path / "report.html").read_text()
