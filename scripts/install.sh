@@ -19,4 +19,10 @@ if [ -z "${MAZEGYM_NO_VLLM:-}" ]; then
   # `import vllm` beside the CPU torch (see docs/INSTALL notes), so remove them.
   .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
+# Headless Chromium for the test that opens `mazegym report`'s HTML (tests/test_report.py skips
+# it, saying why, when there is no browser). Only as root with apt-get; never fails the install.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+    || echo "chromium could not be installed with apt-get; the browser test of the report will be skipped"
+fi
 .venv/bin/python -c "import mazegym, algos, runners; print('mazegym installed')"
