@@ -111,7 +111,8 @@ def maze_records(episodes: Sequence[Episode], mazes: Sequence[Any] | None = None
     return records
 
 
-def eval_summary(set_name: str, episodes: Sequence[Episode], rollout: RolloutConfig, temperature: float = 0.0) -> dict[str, Any]:
+def eval_summary(set_name: str, episodes: Sequence[Episode], rollout: RolloutConfig,
+                 temperature: float = 0.0) -> dict[str, Any]:
     """The summary of one evaluation of ``set_name``, with its per-maze records under ``"mazes"``.
 
     ``"env"`` holds the settings an episode replays with (move limit, stop rule, env kwargs).
@@ -178,7 +179,10 @@ def list_eval_records(run_dir: str | Path, set_name: str | None = None) -> list[
 
 
 def discard_eval_records(run_dir: str | Path, after_step: int) -> int:
-    """Remove record files of RL steps past ``after_step`` (``-1``: all), which a resumed run redoes; returns how many."""
+    """Remove record files of RL steps past ``after_step`` (``-1``: all), which a resumed run redoes.
+
+    Returns how many were removed.
+    """
     removed = 0
     for data in list_eval_records(run_dir):
         if int(data["step"]) > after_step:

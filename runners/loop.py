@@ -179,7 +179,8 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
     if state.step == 0 and state.before is None and config.eval.before_rl:
         timer = PhaseTimer()
         with timer.phase("eval"):
-            state.before = evaluate_and_record(backend, config.maze.eval_set, run_dir, 0, "before_rl", metrics, grid=True)
+            state.before = evaluate_and_record(backend, config.maze.eval_set, run_dir, 0, "before_rl", metrics,
+                                               grid=True)
         b = state.before
         metrics.log(0, {**eval_fields(b), **timer.pop()}, phase="eval")
         state.history.append({"step": 0, "solve_rate": b["solve_rate"]})
@@ -254,7 +255,8 @@ def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[
         atomic.replace_dir(staging, final_adapter)  # a crash leaves the previous final adapter, never an empty one
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    heldout = {name: evaluate_and_record(backend, name, run_dir, final_step, "heldout") for name in config.maze.heldout_sets}
+    heldout = {name: evaluate_and_record(backend, name, run_dir, final_step, "heldout")
+               for name in config.maze.heldout_sets}
     seconds = time.perf_counter() - t_start
     extra_results, extra_artifacts = backend.results_extras()
     results = {"eval_set": config.maze.eval_set, "before_rl": state.before, "after_rl": after, "heldout": heldout,

@@ -552,7 +552,7 @@ def padding_passes(per_rank: list[dict[str, float]]) -> float:
 
 
 def _evaluate(group: WorkerGroup, set_name: str, temperature: float, rollout: Any) -> dict[str, Any]:
-    """Evaluate ``set_name`` with the mazes split over the workers; same summary (and per-maze records) as evaluate_set."""
+    """Evaluate ``set_name`` with the mazes split over the workers; same summary and records as evaluate_set."""
     from mazegym.evalsets import load_eval_set
     from runners.evaluate import eval_summary
 

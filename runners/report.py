@@ -212,7 +212,8 @@ def learning_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
         charts.append(("Seconds per RL step, by phase (sync includes the parity probe)",
                        _chart([("seconds", lines)])))
     for phase, key, caption in (("vision", "vision_loss", "Vision pretraining loss"), ("sft", "loss", "SFT loss")):
-        points = sorted((int(r["step"]), float(r[key])) for r in records if r.get("phase") == phase and _number(r.get(key)))
+        points = sorted((int(r["step"]), float(r[key])) for r in records
+                        if r.get("phase") == phase and _number(r.get(key)))
         if points:
             charts.append((caption, _chart([(key, [(key, [p[0] for p in points], [p[1] for p in points])])],
                                            xlabel=f"{phase} step")))
@@ -284,7 +285,8 @@ def _replays(evaluation: dict[str, Any], specs: Sequence[Any], per_outcome: int)
             samples = "".join(f"<pre>{_esc(t) if t.strip() else '(empty reply)'}</pre>"
                               for t in rec.get("invalid_samples", []))
             samples = f"<br>Invalid replies, first ones:{samples}" if samples else ""
-            invalid = f"; {rec['invalid']} invalid repl{'y' if rec['invalid'] == 1 else 'ies'}" if rec.get("invalid") else ""
+            count = rec.get("invalid", 0)
+            invalid = f"; {count} invalid repl{'y' if count == 1 else 'ies'}" if count else ""
             items.append(f'<div class="replay"><img alt="replay of maze {rec["index"]}" src="{gif}"><br>'
                          f'maze #{rec["index"]} ({_esc(rec["maze_id"])}): {rec["moves"]} moves, '
                          f'best {rec["optimal_moves"]}{invalid}{samples}</div>')
@@ -363,7 +365,8 @@ def _details(data: RunData) -> str:
     out.append("<h3>Commands</h3>")
     if invocations:
         out.append("<table><tr><th>started</th><th>command</th></tr>" + "".join(
-            f"<tr><td>{_esc(i.get('started', '?'))}</td><td><code>{_esc(i.get('command') or '(not recorded)')}</code></td></tr>"
+            f"<tr><td>{_esc(i.get('started', '?'))}</td>"
+            f"<td><code>{_esc(i.get('command') or '(not recorded)')}</code></td></tr>"
             for i in invocations) + "</table>")
         versions, where = invocations[-1].get("versions") or {}, "as recorded by the last training invocation"
     else:
@@ -397,7 +400,8 @@ def render_html(data: RunData, replays: int = 3) -> str:
     body += ["<h2>The fixed eval set, before and after RL</h2>", _mazes_section(data, replays)]
     body += ["<h2>Run details</h2>", _details(data)]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mazegym report: '
-            f"{_esc(data.run_dir.name)}</title><style>{STYLE}</style></head><body>{head}{''.join(body)}</body></html>\n")
+            f"{_esc(data.run_dir.name)}</title><style>{STYLE}</style></head>"
+            f"<body>{head}{''.join(body)}</body></html>\n")
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, replays: int = 3) -> Path:

@@ -38,7 +38,8 @@ def _episode(spec, solved: bool, invalid_texts=("no idea", "<action>jump</action
     else:
         turns = [Turn(action=None, valid=False, text=t) for t in invalid_texts]
         away = [(path[0] + 2) % 4, path[0]]
-        turns += [Turn(action=away[i % 2], valid=True, text="move") for i in range(EVAL_SETS[SET].max_moves - len(turns))]
+        turns += [Turn(action=away[i % 2], valid=True, text="move")
+                  for i in range(EVAL_SETS[SET].max_moves - len(turns))]
     optimal = len(path)
     return Episode(turns=turns, maze_id=spec.maze_id, success=solved, optimal_moves=optimal, info={"size": spec.size})
 
@@ -76,7 +77,8 @@ def test_records_file_round_trip_list_and_discard(tmp_path):
     write_eval_records(tmp_path, 0, _summary(set()), "before_rl")
     write_eval_records(tmp_path, 12, summary, "rl")
     (tmp_path / "eval" / "step_99_broken.json").write_text("{not json")
-    assert [d["step"] for d in list_eval_records(tmp_path)] == [0, 4, 12], "numeric step order; unreadable files skipped"
+    steps = [d["step"] for d in list_eval_records(tmp_path)]
+    assert steps == [0, 4, 12], "numeric step order; unreadable files skipped"
     assert discard_eval_records(tmp_path, 4) == 1 and [d["step"] for d in list_eval_records(tmp_path)] == [0, 4]
     with pytest.raises(ValueError, match="eval records file"):
         read_eval_records(tmp_path / "eval" / "step_99_broken.json")
@@ -177,11 +179,15 @@ window.addEventListener('error', function (e) {
 }, true);
 ['error', 'warn'].forEach(function (level) {
   var original = console[level];
-  console[level] = function () { window.__errors.push(level + ': ' + [].join.call(arguments, ' ')); original.apply(console, arguments); };
+  console[level] = function () {
+    window.__errors.push(level + ': ' + [].join.call(arguments, ' '));
+    original.apply(console, arguments);
+  };
 });
 window.addEventListener('load', function () {
   var images = [].slice.call(document.images);
-  var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); }).map(function (i) { return i.alt; });
+  var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
+    .map(function (i) { return i.alt; });
   var out = document.createElement('pre');
   out.id = 'mazegym-probe';
   out.textContent = JSON.stringify({images: images.length, broken: broken, errors: window.__errors});
@@ -199,17 +205,17 @@ def chromium() -> str | None:
     return None
 
 
-@pytest.mark.skipif(chromium() is None, reason="no chromium on PATH: scripts/install.sh installs it with apt-get when run "
-                                               "as root (apt-get install -y chromium)")
+@pytest.mark.skipif(chromium() is None, reason="no chromium on PATH: scripts/install.sh installs it with apt-get "
+                                               "when run as root (apt-get install -y chromium)")
 def test_report_renders_in_headless_chromium_with_every_image_loaded(tmp_path, capsys):
     run = make_run(tmp_path / "run")
     assert _report([str(run)], capsys)[0] == 0
     page = (run / "report.html").read_text()
     probed = tmp_path / "probed.html"
     probed.write_text(page.replace("<head>", "<head>" + PROBE, 1))
-    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-                           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
-                           probed.as_uri()], capture_output=True, text=True, timeout=120)
+    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = re.search(r'<pre id="mazegym-probe">(.*?)</pre>', proc.stdout, re.S)
     assert found, "the page did not finish loading: " + proc.stderr[-2000:]
