@@ -8,7 +8,13 @@ updated on its own rollouts of fresh VisMaze-v0 mazes. Greedy solve rate on VisM
 
 * ``gigpo``   sparse success reward: group-normalised episode advantage + anchor-state step advantage;
 * ``shaping`` per-move progress reward (+1 closer to the goal, -1 farther; the env's distance);
-* ``dagger``  supervised BFS move at every visited state (an upper bound on any per-move signal).
+* ``dagger``  supervised BFS move at every visited state (an upper bound on any per-move signal);
+* ``best``    expert iteration: cross-entropy on each group's shortest successful play;
+* ``maxq``    cross-entropy on the best move known at each visited cell from the group's own
+  experience (steps to the goal over the transitions the group saw: a max-backup, no solver).
+
+``--mazes`` sets how many different mazes feed each iteration: with one optimizer step per
+128 rows, few mazes per iteration means many steps on the same few mazes.
 
 Example (about 5 minutes on one core)::
 
@@ -38,9 +44,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--readout", choices=["conv", "cell"], default="conv", help="the encoder's decision readout")
     p.add_argument("--sft-steps", type=int, default=100, help="SFT steps of 128 demonstration moves (lr --sft-lr)")
     p.add_argument("--sft-lr", type=float, default=2e-3)
+    p.add_argument("--sft-print", type=int, default=100, help="print the greedy solve rate every this many SFT steps")
     p.add_argument("--sft-cells", choices=["path", "all"], default="path",
                    help="demonstrate the BFS move on the shortest path only, or at every open cell")
-    p.add_argument("--mode", choices=["gigpo", "shaping", "dagger"], default="gigpo")
+    p.add_argument("--mode", choices=["gigpo", "shaping", "dagger", "best", "maxq"], default="gigpo")
+    p.add_argument("--episode-weight", type=float, default=1.0, help="gigpo: weight of the episode-level term")
+    p.add_argument("--warmup", type=int, default=0, help="linear learning-rate warmup over this many optimizer steps")
+    p.add_argument("--epochs", type=int, default=1, help="passes over each iteration's rows")
     p.add_argument("--lr", type=float, default=3e-4, help="learning rate of the on-policy stage")
     p.add_argument("--keep-optimizer", action="store_true", help="continue SFT's AdamW state instead of a fresh one")
     p.add_argument("--minibatch", type=int, default=0, help="rows per optimizer step (0 = one step per iteration)")
@@ -104,6 +114,7 @@ def main() -> None:
                 trajs[i].append((pos[i], k, float(logp[j, k])))
                 pos[i] = moved(specs[i], pos[i], k)
                 done[i] = pos[i] == specs[i].goal
+        play.final = pos
         return done, trajs
 
     optimizer = torch.optim.AdamW(params, lr=a.sft_lr, weight_decay=0.0)
@@ -133,7 +144,7 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        if (sft_step + 1) % 100 == 0 and sft_step + 1 < a.sft_steps:
+        if (sft_step + 1) % a.sft_print == 0 and sft_step + 1 < a.sft_steps:
             print(f"SFT step {sft_step + 1} ({time.time() - t0:.0f}s): solved {sum(play(evalset, True)[0])}/64", flush=True)
     if a.save_sft:
         from safetensors.torch import save_file
@@ -146,6 +157,7 @@ def main() -> None:
             group["lr"] = a.lr
     else:
         optimizer = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: min(1.0, (n + 1) / a.warmup) if a.warmup else 1.0)
     generator = torch.Generator().manual_seed(a.seed)
     stream = MazeStream(size=9, seed=100 + a.seed, max_optimal_moves=20)
     t0, iteration = time.time(), 0
@@ -161,14 +173,41 @@ def main() -> None:
             for t, (cell, _, _) in enumerate(tr):
                 anchors[(i // a.group, cell)].append(returns[i][t])
         rows = []  # (spec, cell, action, old log-prob, advantage)
-        for i, tr in enumerate(trajs):
+        if a.mode == "maxq":
+            # Steps to the goal over the transitions this maze's group experienced (a max-backup, as
+            # Q-learning to convergence on the group's replay); the best-known move per visited cell.
+            for g in range(a.mazes):
+                edges = {}
+                for i in range(g * a.group, (g + 1) * a.group):
+                    tr = trajs[i]
+                    for t, (cell, k, lp) in enumerate(tr):
+                        nxt = tr[t + 1][0] if t + 1 < len(tr) else play.final[i]
+                        edges[(cell, k)] = (nxt, lp)
+                goal = specs[g * a.group].goal
+                togo = {goal: 0}
+                for _ in range(40):
+                    changed = False
+                    for (cell, k), (nxt, _) in edges.items():
+                        if nxt in togo and togo[nxt] + 1 < togo.get(cell, 1e9):
+                            togo[cell] = togo[nxt] + 1
+                            changed = True
+                    if not changed:
+                        break
+                for (cell, k), (nxt, lp) in edges.items():
+                    if cell in togo and nxt in togo and togo[nxt] + 1 == togo[cell]:
+                        rows.append((specs[g * a.group], cell, k, lp, 1.0))
+        for i, tr in enumerate(trajs if a.mode != "maxq" else []):
             for t, (cell, k, lp) in enumerate(tr):
                 if a.mode == "gigpo":
                     group = anchors[(i // a.group, cell)]
                     step = (returns[i][t] - np.mean(group)) / np.std(group) if np.std(group) > 0 else 0.0
-                    adv = episode_adv[i // a.group, i % a.group] + step
+                    adv = a.episode_weight * episode_adv[i // a.group, i % a.group] + step
                 elif a.mode == "shaping":
                     adv = float(dist(specs[i])[cell] - dist(specs[i])[moved(specs[i], cell, k)])
+                elif a.mode == "best":
+                    group = range((i // a.group) * a.group, (i // a.group + 1) * a.group)
+                    winners = [j for j in group if done[j]]
+                    adv = 1.0 if winners and i == min(winners, key=lambda j: len(trajs[j])) else 0.0
                 else:
                     adv = 1.0
                 if adv != 0:
@@ -179,11 +218,14 @@ def main() -> None:
         weights = [len(rows) / len(visits) / visits[(r[0].maze_id, r[1])] if a.state_weighting else 1.0 for r in rows]
         order = np.random.default_rng(iteration).permutation(len(rows))
         size = a.minibatch or len(rows)
-        for start in range(0, len(rows), size):
+        for start in [s for _ in range(a.epochs) for s in range(0, len(rows), size)]:
             batch = [rows[j] for j in order[start : start + size]]
             weight = torch.tensor([weights[j] for j in order[start : start + size]], dtype=torch.float32)
             lg = logits([r[0] for r in batch], [r[1] for r in batch])
-            if a.mode == "dagger":
+            if a.mode in ("best", "maxq"):
+                labels = torch.tensor([r[2] for r in batch])
+                loss = torch.nn.functional.cross_entropy(lg, labels)
+            elif a.mode == "dagger":
                 labels = torch.tensor([best_move(r[0], r[1]) for r in batch])
                 loss = (weight * torch.nn.functional.cross_entropy(lg, labels, reduction="none")).mean()
             else:
@@ -195,9 +237,12 @@ def main() -> None:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
+            warmup.step()
         iteration += 1
         if iteration % 5 == 0:
+            agree = np.mean([best_move(r[0], r[1]) == r[2] for r in rows if r[4] > 0]) if rows else float("nan")
             print(f"iteration {iteration} ({time.time() - t0:.0f}s): sampled success {np.mean(done):.2f}, "
+                  f"positive rows that are the BFS move {agree:.3f}, "
                   f"rows {len(rows)}, greedy solved {sum(play(evalset, True)[0])}/64", flush=True)
 
 
