@@ -41,6 +41,7 @@ from algos.data import Episode
 from mazegym.evalsets import MazeStream
 from runners import atomic
 from runners import config as cfgmod
+from runners import sft as sftmod
 from runners.checkpoint import CheckpointManager
 from runners.config import TrainConfig
 from runners.evaluate import evaluate_set, write_json
@@ -66,7 +67,6 @@ def prepare_base_model(config: TrainConfig) -> Path:
     """Build the tiny model (with task tokens / image budget) unless ``model.path`` names one."""
     if config.model.path:
         return base_model_dir(config)
-    from runners import sft as sftmod
     from runners import tiny
 
     out = base_model_dir(config)
@@ -144,13 +144,6 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
                                         temperature=temperature)
 
 
-def seed_all(seed: int) -> None:
-    """Seed python, numpy and torch (the order of model construction after this fixes the LoRA init)."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    random.seed(seed)
-
-
 def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = None, generator: Any = None,
                    prepare_policy: Callable[[Any], Any] | None = None):
     """Build ``(generator, policy, algorithm, probe)``, seeded, exactly as every runner must.
@@ -163,7 +156,7 @@ def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = 
     """
     if generator is None:
         generator = build_generator(config, model_dir, adapter, version=0)
-    seed_all(config.loop.seed)  # after the generator, whichever built it: the LoRA init is the same everywhere
+    sftmod.seed_everything(config.loop.seed)  # after the generator, whichever built it: the LoRA init is the same everywhere
     policy = build_policy(config, model_dir, adapter)
     if prepare_policy is not None:
         policy = prepare_policy(policy)
@@ -198,7 +191,6 @@ def find_sft_checkpoint(config: TrainConfig) -> Path | None:
 
 def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> Path:
     """Supervised stage on oracle demonstrations; returns the SFT model dir (full) or adapter dir (lora)."""
-    from runners import sft as sftmod
     from runners.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer
 
     set_threads(config)
