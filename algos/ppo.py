@@ -1,8 +1,10 @@
 """PPO with a critic and GAE (Schulman et al. 2017), the classic-RL baseline.
 
-Needs a policy with a value head (``policy.has_value_head``), e.g. ``MazeNetPolicy``. Each turn
-is one transition: reward = the turn's reward, V(s_t) = the critic's value of the state the
-turn was played in (recomputed before the update). GAE runs within each episode; the episode's
+Needs a policy with a value head (``policy.has_value_head``): ``MazeNetPolicy``, or
+``LoRALMPolicy(value_head=True)`` (a linear head on the LM's last hidden state at the turn's last
+prompt token, trained through the same loss as the adapter; the runners build it for ``ppo``).
+Each turn is one transition: reward = the turn's reward, V(s_t) = the critic's value of the
+state the turn was played in (recomputed before the update). GAE runs within each episode; the episode's
 last turn is treated as terminal (a maze episode that hits its move limit is not bootstrapped:
 the observation carries no clock, so the limit is part of the task). Advantages are whitened
 over the batch, and the loss adds ``vf_coef *`` a clipped value loss. Groups are not needed.
