@@ -56,6 +56,24 @@ def test_a_fresh_head_starts_at_zero_and_trains_with_the_adapter():
     assert not LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8)).has_value_head
 
 
+def test_explained_variance_by_hand():
+    from algos.losses import explained_variance
+
+    # Var([1, 2, 4]) = 14/9, Var(residual [0, 0, 1]) = 2/9: 1 - 1/7
+    assert explained_variance(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 4.0])) == pytest.approx(6 / 7)
+    assert np.isnan(explained_variance(torch.zeros(3), torch.ones(3)))
+
+
+def test_vf_lr_gives_the_critic_its_own_learning_rate():
+    policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), value_head=True)
+    groups = algos.make("ppo", policy, lr=1e-4, vf_lr=1e-2).optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-4, 1e-2]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in policy.value_parameters()}
+    assert len(algos.make("ppo", policy).optimizer.param_groups) == 1
+    with pytest.raises(ValueError, match="vf_lr must be positive"):
+        algos.make("ppo", policy, vf_lr=-1.0)
+
+
 def test_vlm_values_read_the_prompt_with_its_image():
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -192,3 +210,52 @@ def test_checkpoints_require_the_head_and_resume_it_exactly(tmp_path):
                                       algo, stream.state_dict(), config, {})
     with pytest.raises(ValueError, match="does not list adapter/value_head.safetensors"):
         CheckpointManager(tmp_path / "grpo", required=required, log=lambda m: None).resolve(str(grpo_path))
+
+
+# ----------------------------------------------------------------------------------- learning
+STATES = {2: 1.0, 3: 0.0}
+"""State token -> the reward it pays whatever the reply (a good and a bad state)."""
+TARGET = {2: 5, 3: 6}
+"""State token -> the reply token that earns another 1.0."""
+
+
+def _play(policy, n: int, gen: torch.Generator) -> list[Episode]:
+    """``n`` one-turn episodes sampled from ``policy``: prompt ``[1, s, 4, 7]`` (the state is *not* the last
+    prompt token, as in a chat template), one reply token, reward ``STATES[s] + (reply == TARGET[s])``."""
+    states = torch.tensor(list(STATES))[torch.randint(0, len(STATES), (n,), generator=gen)].tolist()
+    prompts = torch.tensor([[1, s, 4, 7] for s in states])
+    with torch.no_grad():
+        logp = torch.log_softmax(policy.model(input_ids=prompts).logits[:, -1].float(), -1)
+    replies = torch.multinomial(logp.exp(), 1, generator=gen)[:, 0].tolist()
+    return [Episode(turns=[Turn(prompt_ids=prompts[i].tolist(), response_ids=[a], logprobs=[logp[i, a].item()],
+                                reward=STATES[s] + float(a == TARGET[s]))],
+                    group_id=i, success=a == TARGET[s]) for i, (s, a) in enumerate(zip(states, replies))]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_learns_a_critic_and_a_policy_on_the_lm_path(seed):
+    """PPO end to end on a tiny Qwen2 LoRA policy (the cpu-tiny architecture, vocabulary of 8): the critic
+    must carry the state token through two attention layers to the last prompt token, and the actor must
+    learn the state's reply. Checked on fresh batches before each update, so nothing is fitted in-sample."""
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(vocab_size=8, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                       num_attention_heads=2, num_key_value_heads=2, head_dim=64,
+                                       max_position_embeddings=64)
+    policy = LoRALMPolicy(transformers.Qwen2ForCausalLM(config), LoRAConfig(rank=8, alpha=16), value_head=True)
+    algo = algos.make("ppo", policy, lr=3e-3, vf_lr=1e-2, epochs=2, minibatch_size=32, old_logprobs="rollout", seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    history = []
+    for _ in range(40):
+        episodes = _play(policy, 64, gen)
+        history.append(algo.update(episodes))
+    ev = [m["explained_variance"] for m in history]
+    success = [m["success_rate"] for m in history]
+    value_loss = [m["value_loss"] for m in history]
+    print(f"seed {seed}: explained variance {np.mean(ev[-10:]):.2f}, value loss {value_loss[0]:.3f} -> "
+          f"{np.mean(value_loss[-10:]):.3f}, success {np.mean(success[:3]):.2f} -> {np.mean(success[-10:]):.2f}")
+    assert abs(ev[0]) < 1e-6, "a zero-initialised critic explains nothing"
+    # The best critic explains only the state's share of the return variance, ~0.5 at 65% success
+    # (the reply is sampled after V(s) is read); measured 0.51-0.54 over the last 10 updates, seeds 0-2.
+    # (The raw value loss is no yardstick here: the returns' variance grows as the policy improves.)
+    assert np.mean(ev[-10:]) > 0.35, ev
+    assert np.mean(success[-10:]) > np.mean(success[:3]) + 0.3, success

@@ -358,6 +358,10 @@ class LoRALMPolicy:
             save_value_head(self.value_head_state_dict(), directory)
         return directory
 
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The critic's parameters (empty without a value head); PPO may give them their own learning rate."""
+        return list(getattr(self.model, VALUE_HEAD_MODULE).parameters()) if self.has_value_head else []
+
     def value_head_state_dict(self) -> dict[str, torch.Tensor]:
         """The critic's weights (keys relative to the head, e.g. ``summary.weight``)."""
         return getattr(self.model, VALUE_HEAD_MODULE).state_dict()
