@@ -358,10 +358,10 @@ class Lockstep:
         finally:
             self.policy.micro_batch_size = saved
 
-    def _forward(self, turns: Any, length: int) -> Any:
+    def _forward(self, turns: Any, length: int, **kwargs: Any) -> Any:
         if self.active:
             self._run_until(M if torch.is_grad_enabled() else S)
-        return self._orig_forward(turns, length)
+        return self._orig_forward(turns, length, **kwargs)
 
     def _clip(self) -> float:
         n_active = self._run_until(C) if self.active else 1

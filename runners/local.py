@@ -141,7 +141,8 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
     return LoRALMPolicy.from_pretrained(model_dir, lora=lora_config(config), dtype=_dtype(config.model.dtype),
                                         device=config.model.device, adapter=adapter, micro_batch_size=256,
-                                        temperature=temperature, value_head=algos.get(config.algo.name).needs_value_head)
+                                        temperature=temperature,
+                                        value_head=algos.get(config.algo.name).needs_value_head)
 
 
 def seed_all(seed: int) -> None:

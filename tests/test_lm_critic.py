@@ -39,7 +39,8 @@ def test_value_is_the_head_on_the_last_prompt_hidden_state_and_ignores_the_reply
     head = policy.model.value_head.summary
     with torch.no_grad():
         for i, turn in enumerate(TURNS):  # by hand: w . h[P-1] + b, from a forward of the prompt alone
-            hidden = policy.model(input_ids=torch.tensor([turn.prompt_ids]), output_hidden_states=True).hidden_states[-1]
+            ids = torch.tensor([turn.prompt_ids])
+            hidden = policy.model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
             by_hand = (hidden[0, -1] * head.weight[0]).sum() + head.bias[0]
             assert out.values[i].item() == pytest.approx(by_hand.item(), abs=1e-5)
     other_reply = policy.evaluate([Turn(prompt_ids=TURNS[1].prompt_ids, response_ids=[30, 31, 32, 33])])
@@ -242,7 +243,8 @@ def test_ppo_learns_a_critic_and_a_policy_on_the_lm_path(seed):
                                        num_attention_heads=2, num_key_value_heads=2, head_dim=64,
                                        max_position_embeddings=64)
     policy = LoRALMPolicy(transformers.Qwen2ForCausalLM(config), LoRAConfig(rank=8, alpha=16), value_head=True)
-    algo = algos.make("ppo", policy, lr=3e-3, vf_lr=1e-2, epochs=2, minibatch_size=32, old_logprobs="rollout", seed=seed)
+    algo = algos.make("ppo", policy, lr=3e-3, vf_lr=1e-2, epochs=2, minibatch_size=32, old_logprobs="rollout",
+                      seed=seed)
     gen = torch.Generator().manual_seed(seed)
     history = []
     for _ in range(40):

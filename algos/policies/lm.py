@@ -253,7 +253,8 @@ class LoRALMPolicy:
         runs the base model (adapter disabled) under ``no_grad`` and returns no values.
         """
         if not turns:
-            return PolicyOutput(torch.zeros(0, 0), torch.zeros(0, 0), values=torch.zeros(0) if self.has_value_head else None)
+            values = torch.zeros(0) if self.has_value_head else None
+            return PolicyOutput(torch.zeros(0, 0), torch.zeros(0, 0), values=values)
         length = max(len(t.response_ids) for t in turns)
         parts = []
         for start in range(0, len(turns), self.micro_batch_size):
