@@ -98,7 +98,8 @@ class Algorithm:
         params = list(policy.trainable_parameters())
         if not params:
             raise ValueError("the policy has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        self.optimizer = torch.optim.AdamW(self.param_groups(params), lr=self.config.lr,
+                                           weight_decay=self.config.weight_decay)
         warmup = max(self.config.warmup_updates, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
@@ -130,6 +131,10 @@ class Algorithm:
             raise ValueError(f"turn_baseline={c.turn_baseline!r}; choose 'episode' or 'turn_index'")
         if c.lr <= 0:
             raise ValueError(f"lr must be positive, got {c.lr}")
+
+    def param_groups(self, params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups (default: one, at ``lr``); PPO gives the critic its own rate."""
+        return [{"params": params}]
 
     def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-turn advantages [N] (turns in episode order) and optional value targets [N]."""
@@ -234,6 +239,9 @@ class Algorithm:
         batch["advantages"] = advantages.float()
         if value_targets is not None:
             batch["returns"] = value_targets.float()
+        if value_targets is not None and "old_values" in batch:
+            # how well the critic, before this update, predicted this fresh batch's targets
+            metrics["explained_variance"] = losses.explained_variance(batch["old_values"], value_targets)
         metrics["adv_abs_mean"] = advantages.abs().mean().item()
         if "rollout_logprob_diff" in batch:
             metrics["rollout_logprob_diff"] = batch.pop("rollout_logprob_diff").item()

@@ -130,6 +130,18 @@ def value_loss(
     return 0.5 * masked_mean(err, mask)
 
 
+def explained_variance(values: torch.Tensor, targets: torch.Tensor) -> float:
+    """``1 - Var(targets - values) / Var(targets)``: 1 for a perfect critic, 0 for a constant one, < 0 worse.
+
+    NaN when the targets do not vary (nothing to explain). Population variances, as in CleanRL.
+    """
+    values, targets = torch.as_tensor(values, dtype=torch.float64), torch.as_tensor(targets, dtype=torch.float64)
+    var = targets.var(unbiased=False)
+    if targets.numel() == 0 or var.item() == 0:
+        return float("nan")
+    return float(1.0 - (targets - values).var(unbiased=False) / var)
+
+
 def group_reward_variance(returns: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-group population variance of returns (ddof=0) and the sorted unique group ids.
 

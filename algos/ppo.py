@@ -1,8 +1,10 @@
 """PPO with a critic and GAE (Schulman et al. 2017), the classic-RL baseline.
 
-Needs a policy with a value head (``policy.has_value_head``), e.g. ``MazeNetPolicy``. Each turn
-is one transition: reward = the turn's reward, V(s_t) = the critic's value of the state the
-turn was played in (recomputed before the update). GAE runs within each episode; the episode's
+Needs a policy with a value head (``policy.has_value_head``): ``MazeNetPolicy``, or
+``LoRALMPolicy(value_head=True)`` (a linear head on the LM's last hidden state at the turn's last
+prompt token, trained through the same loss as the adapter; the runners build it for ``ppo``).
+Each turn is one transition: reward = the turn's reward, V(s_t) = the critic's value of the
+state the turn was played in (recomputed before the update). GAE runs within each episode; the episode's
 last turn is treated as terminal (a maze episode that hits its move limit is not bootstrapped:
 the observation carries no clock, so the limit is part of the task). Advantages are whitened
 over the batch, and the loss adds ``vf_coef *`` a clipped value loss. Groups are not needed.
@@ -41,6 +43,8 @@ class PPOConfig(AlgorithmConfig):
     """Weight of the value loss."""
     vf_clip: float | None = None
     """Clip the value update to +- this around the old value (None = unclipped)."""
+    vf_lr: float | None = None
+    """Learning rate of the value head (None = lr); a fresh head may need more than a LoRA adapter's rate."""
     norm_adv: bool = True
     """Whiten advantages over the batch."""
     loss_agg: str = "token-mean"
@@ -64,6 +68,24 @@ class PPO(Algorithm):
         if not getattr(self.policy, "has_value_head", False):
             raise ValueError(f"ppo needs a policy with a value head; {type(self.policy).__name__} has none "
                              "(use a critic-free algorithm such as 'grpo')")
+
+    @classmethod
+    def check_config(cls, c: PPOConfig) -> None:
+        """The shared checks, plus a positive critic learning rate."""
+        super().check_config(c)
+        if c.vf_lr is not None and c.vf_lr <= 0:
+            raise ValueError(f"vf_lr must be positive (or None for lr), got {c.vf_lr}")
+
+    def param_groups(self, params):
+        """With ``vf_lr`` set, the value head's parameters (``policy.value_parameters()``) train at that rate."""
+        if self.config.vf_lr is None:
+            return super().param_groups(params)
+        if not hasattr(self.policy, "value_parameters"):
+            raise ValueError(f"vf_lr needs a policy that names its value head's parameters (value_parameters()); "
+                             f"{type(self.policy).__name__} does not: leave vf_lr unset")
+        critic = {id(p) for p in self.policy.value_parameters()}
+        return [{"params": [p for p in params if id(p) not in critic]},
+                {"params": [p for p in params if id(p) in critic], "lr": self.config.vf_lr}]
 
     def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None):
         """GAE per episode over turns; value targets are ``advantages + values``."""

@@ -4,6 +4,7 @@ Layout of ``<run_dir>/checkpoints``::
 
     step_000010/
         adapter/adapter_model.safetensors, adapter_config.json   trainable weights (PEFT format)
+        adapter/value_head.safetensors   the critic's weights (runs with a value head, i.e. ppo, only)
         trainer_state.pt     optimizer, scheduler, algorithm RNG (tensors only: loaded with weights_only=True)
         rng_state.json       python, numpy and torch RNG states
         state.json           step counter, maze stream position, metrics so far, config
@@ -42,6 +43,13 @@ LATEST = "latest"
 REQUIRED_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "trainer_state.pt",
                   "rng_state.json", "state.json")
 """Files every RL checkpoint holds; a manifest that does not list all of them is broken."""
+VALUE_HEAD_FILE = "adapter/value_head.safetensors"
+"""The critic's weights, which checkpoints of runs with a critic (ppo) hold next to the adapter."""
+
+
+def required_files(value_head: bool = False) -> tuple[str, ...]:
+    """:data:`REQUIRED_FILES`, plus the critic's weights when the run trains a value head."""
+    return REQUIRED_FILES + ((VALUE_HEAD_FILE,) if value_head else ())
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

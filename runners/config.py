@@ -99,7 +99,7 @@ class AlgoConfig:
     """The RL algorithm: any name from algos.available(), with its own hyperparameters."""
 
     name: str = "grpo"
-    """Registered algorithm (grpo, dr_grpo, dapo, rloo, ppo)."""
+    """Registered algorithm (grpo, dr_grpo, dapo, rloo, gigpo, ppo; ppo adds a value head to the policy)."""
     params: dict[str, Any] = field(default_factory=dict)
     """Overrides of the algorithm's config fields (set them as algo.<field>=value, e.g. algo.lr=1e-4); checked against algos.config_class(name)."""
     episode_mean: bool = True
@@ -518,9 +518,6 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
     if config.algo.name not in algos.available():
         raise ConfigError(f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of {', '.join(algos.available())}")
-    if algos.get(config.algo.name).needs_value_head:
-        raise ConfigError(f"algo.name={config.algo.name!r} trains a value head, which the language-model policies the "
-                          "runners train do not have; choose a critic-free algorithm (grpo, dr_grpo, dapo, rloo, gigpo)")
     try:
         algos.get(config.algo.name).check_config(algos.make_config(config.algo.name, **config.algo.params))
     except (TypeError, ValueError) as exc:

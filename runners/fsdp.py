@@ -171,11 +171,25 @@ def gather_adapter(policy: Any, rank0_only: bool = True) -> dict[str, torch.Tens
     return out
 
 
+def _is_critic(name: str) -> bool:
+    """True for a parameter of the policy's value head (saved beside the adapter, not in it)."""
+    from algos.policies.lm import VALUE_HEAD_MODULE
+
+    return name.startswith(VALUE_HEAD_MODULE + ".")
+
+
 def save_full_adapter(policy: Any, state: dict[str, torch.Tensor], directory: str | Path) -> Path:
-    """Write a gathered adapter (:func:`gather_adapter`) in PEFT format, like ``LoRALMPolicy.save_adapter``."""
+    """Write a gathered adapter (:func:`gather_adapter`) in PEFT format, like ``LoRALMPolicy.save_adapter``
+    (the value head, when gathered, to ``value_head.safetensors`` beside it)."""
+    from algos.policies.lm import VALUE_HEAD_MODULE, save_value_head
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(str(directory), safe_serialization=True, state_dict=state)
+    lora = {k: v for k, v in state.items() if not _is_critic(k)}
+    policy.model.save_pretrained(str(directory), safe_serialization=True, state_dict=lora)
+    critic = {k[len(VALUE_HEAD_MODULE) + 1:]: v for k, v in state.items() if _is_critic(k)}
+    if critic:
+        save_value_head(critic, directory)
     return directory
 
 
@@ -183,7 +197,7 @@ def peft_key_map(policy: Any) -> dict[str, str]:
     """PEFT adapter-file key -> model parameter name, for every trainable parameter (PEFT's own renaming)."""
     import peft
 
-    names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
+    names = [n for n, p in policy.model.named_parameters() if p.requires_grad and not _is_critic(n)]
     markers = {n: torch.empty(0) for n in names}
     by_id = {id(t): n for n, t in markers.items()}
     peft_state = peft.get_peft_model_state_dict(policy.model, state_dict=markers, save_embedding_layers=False)
@@ -193,12 +207,15 @@ def peft_key_map(policy: Any) -> dict[str, str]:
     return mapping
 
 
-def load_full_adapter(policy: Any, directory: str | Path) -> None:
+def load_full_adapter(policy: Any, directory: str | Path, *, critic_optional: bool = False) -> None:
     """Load a PEFT adapter directory into a sharded policy (every rank reads the full file, keeps its shard).
 
     Collective-safe: call on every rank. The adapter must have been written for the same model
-    and LoRA rank (the unsharded ``LoRALMPolicy.load_adapter`` rules).
+    and LoRA rank, and carry the critic when the policy has one (the unsharded
+    ``LoRALMPolicy.load_adapter`` rules).
     """
+    from algos.policies.lm import VALUE_HEAD_FILE, VALUE_HEAD_MODULE, load_value_head
+
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -217,6 +234,13 @@ def load_full_adapter(policy: Any, directory: str | Path) -> None:
     if unexpected or missing:
         raise ValueError(f"adapter in {directory} does not fit this model: unexpected keys {unexpected[:5]}, missing {missing[:5]}")
     state = {mapping[k]: v for k, v in loaded.items()}
+    if getattr(policy, "has_value_head", False):
+        head = getattr(policy.model, VALUE_HEAD_MODULE)
+        critic = load_value_head(directory, {k: v.shape for k, v in head.state_dict().items()})
+        if critic is None and not critic_optional:
+            raise ValueError(f"no {VALUE_HEAD_FILE} in {directory}: this policy trains a critic (ppo) and the "
+                             "adapter was saved without one, so resuming would restart the critic from scratch")
+        state.update({f"{VALUE_HEAD_MODULE}.{k}": v for k, v in (critic or {}).items()})
     set_model_state_dict(policy.model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
@@ -334,10 +358,10 @@ class Lockstep:
         finally:
             self.policy.micro_batch_size = saved
 
-    def _forward(self, turns: Any, length: int) -> Any:
+    def _forward(self, turns: Any, length: int, **kwargs: Any) -> Any:
         if self.active:
             self._run_until(M if torch.is_grad_enabled() else S)
-        return self._orig_forward(turns, length)
+        return self._orig_forward(turns, length, **kwargs)
 
     def _clip(self) -> float:
         n_active = self._run_until(C) if self.active else 1

@@ -42,7 +42,7 @@ from mazegym.evalsets import MazeStream
 from runners import atomic
 from runners import config as cfgmod
 from runners import sft as sftmod
-from runners.checkpoint import CheckpointManager
+from runners.checkpoint import CheckpointManager, required_files
 from runners.config import TrainConfig
 from runners.evaluate import evaluate_set, write_json
 from runners.metrics import MetricsLogger, Progress
@@ -134,14 +134,16 @@ def build_generator(config: TrainConfig, model_dir: Path, adapter: Path | None =
 
 
 def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = None):
-    """The trainable LoRA policy on ``model_dir`` (optionally starting from ``adapter``)."""
+    """The trainable LoRA policy on ``model_dir`` (optionally starting from ``adapter``), with a value head when
+    the algorithm trains a critic (ppo)."""
     from algos.policies.lm import LoRALMPolicy
 
     # Score log-probs at the rollout temperature: the importance ratio compares like with like.
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
     return LoRALMPolicy.from_pretrained(model_dir, lora=lora_config(config), dtype=_dtype(config.model.dtype),
                                         device=config.model.device, adapter=adapter, micro_batch_size=256,
-                                        temperature=temperature)
+                                        temperature=temperature,
+                                        value_head=algos.get(config.algo.name).needs_value_head)
 
 
 def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = None, generator: Any = None,
@@ -467,6 +469,11 @@ def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorith
     return manager.save(step, write)
 
 
+def checkpoint_files(config: TrainConfig) -> tuple[str, ...]:
+    """The files every checkpoint of this run must hold (the critic's weights too when the algorithm trains one)."""
+    return required_files(value_head=algos.get(config.algo.name).needs_value_head)
+
+
 def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream) -> dict[str, Any]:
     """Restore what :func:`save_checkpoint` wrote into live objects; returns the state.json content.
 
@@ -496,7 +503,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
     cfgmod.validate(config)
     set_threads(config)
     run_dir = Path(config.run_dir)
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log,
+                                required=checkpoint_files(config))
     resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))

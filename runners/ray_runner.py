@@ -591,7 +591,8 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
         ray.init(address=ray_cfg.address, log_to_driver=True)
     run_dir = Path(config.run_dir).resolve()
     config.run_dir = str(run_dir)
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log)
+    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log,
+                                required=local.checkpoint_files(config))
     resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))

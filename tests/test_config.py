@@ -65,12 +65,20 @@ def test_bad_values_fail_fast(override, message):
     ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
     ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),
     ("algo.lr=-1", "lr must be positive"),
-    ("algo.name=ppo", "trains a value head"),
+    ("algo.name=ppo algo.vf_coef=x", "algo.vf_coef"),
 ])
 def test_validation_errors_say_what_to_fix(override, message):
-    cfg = C.apply_overrides(get_preset("cpu-tiny"), [override])
     with pytest.raises(C.ConfigError, match=message):
-        C.validate(cfg)
+        C.validate(C.apply_overrides(get_preset("cpu-tiny"), override.split()))
+
+
+@pytest.mark.parametrize("preset", ["cpu-tiny", "cpu-maze-vlm"])
+@pytest.mark.parametrize("runner", ["local", "ray"])
+def test_ppo_is_accepted_on_the_language_model_presets(preset, runner):
+    # the LM policies get a value head for ppo (algos.policies.lm.ValueHead), so nothing refuses it
+    cfg = C.apply_overrides(get_preset(preset), ["algo.name=ppo", "algo.vf_clip=0.2", f"runner.kind={runner}"])
+    C.validate(cfg)
+    assert cfg.algo.name == "ppo" and cfg.algo.params["vf_clip"] == 0.2
 
 
 def test_missing_model_path_fails_with_instructions(tmp_path):

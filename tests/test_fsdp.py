@@ -49,12 +49,17 @@ RANK_DATA = {
 }
 
 
-def _policy(model_dir: str):
+PPO_ALGO = dict(lr=1e-3, vf_lr=1e-2, vf_clip=0.2, micro_batch_size=2, minibatch_size=4, epochs=2,
+                old_logprobs="recompute", seed=3)
+
+
+def _policy(model_dir: str, value_head: bool = False):
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
     from lora_helpers import perturb_lora
 
     torch.manual_seed(0)
-    policy = LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(**LORA), dtype=torch.float32, micro_batch_size=256)
+    policy = LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(**LORA), dtype=torch.float32, micro_batch_size=256,
+                                          value_head=value_head)
     perturb_lora(policy, seed=1, scale=0.05)  # LoRA B starts at 0: make both factors get gradients
     return policy
 
@@ -134,6 +139,21 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str, queue) -> Non
         result["reloaded"] = fsdp.gather_adapter(fresh, rank0_only=False)
         result["reloaded_state"] = fsdp.gather_algorithm_state(fresh_algo)["optimizer"]["state"]
         result["saved_state"] = state["optimizer"]["state"]
+        # (c) PPO: the critic sits in the root FSDP unit, trains in lockstep and round-trips beside the adapter.
+        import algos
+
+        ppo = fsdp.shard_policy(_policy(model_dir, value_head=True))
+        ppo_algo = algos.make("ppo", ppo, **PPO_ALGO)
+        lockstep = fsdp.Lockstep(ppo, ppo_algo)
+        with lockstep.update():
+            ppo_algo.update(_episodes(**RANK_DATA["unequal"][rank]))
+        ppo_state = fsdp.gather_adapter(ppo, rank0_only=False)
+        if rank == 0:
+            fsdp.save_full_adapter(ppo, ppo_state, Path(out_dir) / "ppo_adapter")
+        dist.barrier()
+        fresh_ppo = fsdp.shard_policy(_policy(model_dir, value_head=True))
+        fresh_ppo.load_adapter(Path(out_dir) / "ppo_adapter")
+        result["ppo"] = {"adapter": ppo_state, "reloaded": fsdp.gather_adapter(fresh_ppo, rank0_only=False)}
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")  # tensors through a queue would need shared memory
         queue.put({"rank": rank})
         dist.destroy_process_group()
@@ -283,4 +303,20 @@ def test_gathered_adapter_and_optimizer_state_round_trip(two_ranks):
     # The file is an ordinary PEFT adapter: an unsharded policy loads it too.
     plain = _policy(model_dir)
     LoRALMPolicy.load_adapter(plain, Path(out_dir) / "adapter")
+    assert _max_diff({n: p.detach() for n, p in plain.model.named_parameters() if p.requires_grad}, trained) == 0.0
+
+
+def test_ppo_critic_trains_in_lockstep_and_round_trips_beside_the_adapter(two_ranks):
+    from algos.policies.lm import VALUE_HEAD_FILE, LoRALMPolicy
+
+    model_dir, out_dir, (r0, r1) = two_ranks
+    trained = r0["ppo"]["adapter"]
+    assert _max_diff(trained, r1["ppo"]["adapter"]) == 0.0, "ranks gathered different adapters or critics"
+    head = {k: v for k, v in trained.items() if k.startswith("value_head.")}
+    assert head and max(v.abs().max().item() for v in head.values()) > 1e-4, "the critic did not move from zero"
+    for r in (r0, r1):
+        assert _max_diff(r["ppo"]["reloaded"], trained) == 0.0
+    assert (Path(out_dir) / "ppo_adapter" / VALUE_HEAD_FILE).is_file()
+    plain = _policy(model_dir, value_head=True)  # an unsharded critic policy loads the same files
+    LoRALMPolicy.load_adapter(plain, Path(out_dir) / "ppo_adapter")
     assert _max_diff({n: p.detach() for n, p in plain.model.named_parameters() if p.requires_grad}, trained) == 0.0

@@ -12,6 +12,10 @@
   gives it); :meth:`LoRALMPolicy.prepare_multimodal` re-runs the same image processor on the
   raw images stored in ``turn.images``. It depends on nothing but the turns themselves, so the
   rollout side only has to store raw images and the expanded token ids it generated from.
+- Critic (``value_head=True``, for PPO): a :class:`ValueHead` on the last hidden state, read at
+  each turn's last prompt token (:meth:`LoRALMPolicy.evaluate`), trained with the adapter and
+  saved next to it as ``value_head.safetensors``. Generation engines never load it: they only
+  sample, and a value is needed only inside the update.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from torch import nn
 import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
 from algos.data import Turn
 from algos.policy import PolicyOutput
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+"""The critic's weights, written next to the adapter files by :meth:`LoRALMPolicy.save_adapter`."""
+VALUE_HEAD_MODULE = "value_head"
+"""Name of the :class:`ValueHead` submodule on the PEFT model (so FSDP shards it with the root unit)."""
 
 VISION_MODULE_PATTERN = r".*(visual|vision_tower|vision_model|vision_encoder|image_encoder|multi_modal_projector).*"
 """Module names matching this regex belong to the vision side and never get LoRA."""
@@ -50,6 +59,73 @@ class LoRAConfig:
     """Never put LoRA on the vision tower (vLLM ignores it there)."""
     modules_to_save: list[str] | None = None
     """Modules trained in full and stored in the adapter (PEFT ``modules_to_save``), e.g. ["vision_tower"]."""
+
+
+class ValueHead(nn.Module):
+    """The critic: one linear map from the LM's last hidden state to a scalar V(s) (TRL's ``ValueHead``).
+
+    Zero-initialised, so every value starts at 0 and the first advantages are plain discounted returns.
+    """
+
+    def __init__(self, hidden_size: int, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.summary = nn.Linear(hidden_size, 1, dtype=dtype)
+        nn.init.zeros_(self.summary.weight)
+        nn.init.zeros_(self.summary.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., H] hidden states -> [...] float32 values."""
+        return self.summary(hidden.to(self.summary.weight.dtype)).squeeze(-1).float()
+
+
+def value_read_positions(prompt_lengths: torch.Tensor) -> torch.Tensor:
+    """Position whose hidden state the critic reads for each row: the last prompt token, ``P_i - 1``.
+
+    A turn is one RL step and its value must be V(s), a function of the state (the prompt) only.
+    Under causal attention the hidden state at ``P_i - 1`` has seen the whole prompt and none of
+    the sampled reply; any later position would leak the action into the value (that would be
+    Q(s, a), and the advantage ``r + gamma V(s') - V(s)`` would no longer be a baseline-corrected return).
+    """
+    return (torch.as_tensor(prompt_lengths) - 1).clamp(min=0)
+
+
+def save_value_head(state: dict[str, torch.Tensor], directory: str | os.PathLike) -> Path:
+    """Write the critic's weights ``state`` to ``directory/value_head.safetensors`` atomically (temp file + rename)."""
+    from safetensors.torch import save_file
+
+    path = Path(directory) / VALUE_HEAD_FILE
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load_value_head(directory: str | os.PathLike, expected: dict[str, torch.Size]) -> dict[str, torch.Tensor] | None:
+    """The critic's weights saved in ``directory`` (None when it has no ``value_head.safetensors``).
+
+    Raises ``ValueError`` naming the file when it is unreadable or its tensors do not match
+    ``expected`` (name -> shape): a critic that does not fit must not start a run silently.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(directory) / VALUE_HEAD_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error types for a torn or garbled header
+        raise ValueError(f"critic weights {path} are unreadable ({type(exc).__name__}: {exc}); "
+                         "the checkpoint is corrupt") from None
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    want = {k: tuple(v) for k, v in expected.items()}
+    if shapes != want:
+        raise ValueError(f"critic weights {path} do not fit this model: found {shapes}, expected {want}")
+    return state
 
 
 def language_linear_suffixes(model: nn.Module) -> list[str]:
@@ -93,10 +169,12 @@ class LoRALMPolicy:
         pad_token_id: int | None = None,
         compute_entropy: bool = True,
         temperature: float = 1.0,
+        value_head: bool = False,
     ):
         """Wrap an already-built ``transformers`` model (tests build tiny ones from configs).
 
         If ``model`` is already a ``peft.PeftModel`` it is used as is and ``lora`` is ignored.
+        ``value_head=True`` adds the critic PPO trains (:class:`ValueHead`).
         """
         import peft
 
@@ -114,6 +192,11 @@ class LoRALMPolicy:
             if pad_token_id is None:
                 pad_token_id = getattr(self.model.config, "pad_token_id", None) or 0
         self.pad_token_id = int(pad_token_id)
+        self.has_value_head = bool(value_head)
+        if self.has_value_head and not hasattr(self.model, VALUE_HEAD_MODULE):
+            # A submodule of the PEFT model: it trains, moves and (under FSDP) shards with the adapter.
+            out_proj = self.model.get_output_embeddings().weight
+            self.model.add_module(VALUE_HEAD_MODULE, ValueHead(out_proj.shape[1], out_proj.dtype).to(out_proj.device))
 
     @classmethod
     def from_pretrained(
@@ -148,13 +231,13 @@ class LoRALMPolicy:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         image_processor = transformers.AutoImageProcessor.from_pretrained(path) if is_vlm else None
         policy = cls(model, lora, tokenizer=tokenizer, image_processor=image_processor, **kwargs)
-        if adapter is not None:
-            policy.load_adapter(adapter)
+        if adapter is not None:  # a starting adapter (e.g. from LoRA SFT) may predate the critic
+            policy.load_adapter(adapter, critic_optional=True)
         return policy
 
     # ------------------------------------------------------------------------ Policy API
     def trainable_parameters(self) -> list[nn.Parameter]:
-        """The LoRA adapter's parameters (everything else is frozen)."""
+        """The LoRA adapter's parameters and the critic's, if any (everything else is frozen)."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
     @property
@@ -165,24 +248,29 @@ class LoRALMPolicy:
     def evaluate(self, turns: Sequence[Turn], *, reference: bool = False) -> PolicyOutput:
         """Log-probs (and entropy) of each turn's response tokens, in micro-batches.
 
-        ``reference=True`` runs the base model (adapter disabled) under ``no_grad``.
+        With a value head, also each turn's value, read at its last prompt token
+        (:func:`value_read_positions`: the state, not the sampled reply). ``reference=True``
+        runs the base model (adapter disabled) under ``no_grad`` and returns no values.
         """
         if not turns:
-            return PolicyOutput(torch.zeros(0, 0), torch.zeros(0, 0))
+            values = torch.zeros(0) if self.has_value_head else None
+            return PolicyOutput(torch.zeros(0, 0), torch.zeros(0, 0), values=values)
         length = max(len(t.response_ids) for t in turns)
         parts = []
         for start in range(0, len(turns), self.micro_batch_size):
             chunk = turns[start : start + self.micro_batch_size]
             if reference:
                 with torch.no_grad(), self.model.disable_adapter():
-                    parts.append(self._forward(chunk, length))
+                    parts.append(self._forward(chunk, length, with_values=False))
             else:
                 parts.append(self._forward(chunk, length))
-        logprobs, mask, entropy = (torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None for i in range(3))
-        return PolicyOutput(logprobs=logprobs, mask=mask, entropy=entropy)
+        logprobs, mask, entropy, values = (torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None
+                                           for i in range(4))
+        return PolicyOutput(logprobs=logprobs, mask=mask, entropy=entropy, values=values)
 
-    def _forward(self, turns: Sequence[Turn], length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """One padded forward pass; returns [b, length] logprobs, mask and entropy."""
+    def _forward(self, turns: Sequence[Turn], length: int, with_values: bool = True
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """One padded forward pass; returns [b, length] logprobs, mask and entropy, and [b] values (or None)."""
         device = self.device
         rows = [t.input_ids for t in turns]
         width = max(len(r) for r in rows)
@@ -207,8 +295,10 @@ class LoRALMPolicy:
         # accepts; ``keep_index`` maps each row's positions into it.
         keep = torch.unique(pred_pos)
         keep_index = torch.searchsorted(keep, pred_pos)
+        with_values = with_values and self.has_value_head
         out = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device), use_cache=False,
-                         logits_to_keep=keep.to(device), **{k: v.to(device) for k, v in extra.items()})
+                         logits_to_keep=keep.to(device), output_hidden_states=with_values,
+                         **{k: v.to(device) for k, v in extra.items()})
         rows_idx = torch.arange(len(rows))[:, None].expand(-1, length).to(device)
         picked = out.logits[rows_idx, keep_index.to(device)]  # [b, length, V]
         # Generators record log-probs of the temperature-scaled distribution; score the same one.
@@ -219,7 +309,12 @@ class LoRALMPolicy:
         entropy = None
         if self.compute_entropy:
             entropy = -(log_probs.exp() * log_probs).sum(-1) * mask_f
-        return token_lp * mask_f, mask_f, entropy
+        values = None
+        if with_values:
+            read = value_read_positions(prompt_len).to(device)
+            last_hidden = out.hidden_states[-1][torch.arange(len(rows), device=device), read]
+            values = getattr(self.model, VALUE_HEAD_MODULE)(last_hidden)
+        return token_lp * mask_f, mask_f, entropy, values
 
     # ---------------------------------------------------------------------- vision inputs
     def prepare_multimodal(self, turns: Sequence[Turn]) -> dict[str, torch.Tensor]:
@@ -255,14 +350,31 @@ class LoRALMPolicy:
 
     # -------------------------------------------------------------------- adapter on disk
     def save_adapter(self, directory: str | os.PathLike) -> Path:
-        """Write the adapter in PEFT format (adapter_config.json + adapter_model.safetensors)."""
+        """Write the adapter in PEFT format (adapter_config.json + adapter_model.safetensors), plus the critic
+        (``value_head.safetensors``) when the policy has one."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(str(directory), safe_serialization=True)
+        if self.has_value_head:
+            save_value_head(self.value_head_state_dict(), directory)
         return directory
 
-    def load_adapter(self, directory: str | os.PathLike) -> None:
-        """Load adapter weights saved by :meth:`save_adapter` into the current adapter."""
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The critic's parameters (empty without a value head); PPO may give them their own learning rate."""
+        return list(getattr(self.model, VALUE_HEAD_MODULE).parameters()) if self.has_value_head else []
+
+    def value_head_state_dict(self) -> dict[str, torch.Tensor]:
+        """The critic's weights (keys relative to the head, e.g. ``summary.weight``)."""
+        return getattr(self.model, VALUE_HEAD_MODULE).state_dict()
+
+    def load_adapter(self, directory: str | os.PathLike, *, critic_optional: bool = False) -> None:
+        """Load adapter weights saved by :meth:`save_adapter` into the current adapter.
+
+        A policy with a value head also loads ``value_head.safetensors``; when that file is
+        missing it refuses (``ValueError``) unless ``critic_optional`` (a starting adapter from
+        SFT has no critic: the head keeps its fresh init). A policy without a value head
+        ignores the file.
+        """
         import peft
         from safetensors.torch import load_file
 
@@ -276,7 +388,16 @@ class LoRALMPolicy:
                              f"{self.model.peft_config['default'].r}")
         state = load_file(str(weights), device=str(self.device))
         check_adapter_keys(peft.get_peft_model_state_dict(self.model).keys(), state.keys(), directory)
+        critic = None
+        if self.has_value_head:
+            head = getattr(self.model, VALUE_HEAD_MODULE)
+            critic = load_value_head(directory, {k: v.shape for k, v in head.state_dict().items()})
+            if critic is None and not critic_optional:
+                raise ValueError(f"no {VALUE_HEAD_FILE} in {directory}: this policy trains a critic (ppo) and the "
+                                 "adapter was saved without one, so resuming would restart the critic from scratch")
         peft.set_peft_model_state_dict(self.model, state)
+        if critic is not None:
+            head.load_state_dict({k: v.to(device=self.device) for k, v in critic.items()})
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
         """The adapter weights only (PEFT key names), e.g. for in-memory engine sync."""
