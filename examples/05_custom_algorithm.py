@@ -7,7 +7,7 @@ On the first pass over a batch the clip ratio is exactly 1 (the log-probs are th
 the loss is the plain REINFORCE gradient ``-A_t * grad log pi(a_t | s_t)``; a second pass reuses
 the batch, with PPO's clip keeping that step small (one pass learns about 3x slower here)::
 
-    python examples/05_custom_algorithm.py [--updates 25] [--out examples/out]
+    python examples/05_custom_algorithm.py [--updates 30] [--out examples/out]
 
 Trains the small network policy on 7x7 mazes. Writes ``OUT/05_reinforce_curve.png`` (held-out
 greedy solve rate vs update, with a random agent's rate) and ``OUT/05_reinforce_solves.gif``.
@@ -78,11 +78,11 @@ def random_solve_rate(mazes, max_moves: int, seed: int = 0) -> float:
 def main() -> None:
     """Train with the new algorithm, plot the held-out curve, save one solved maze as a GIF."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=25, help="updates (8 mazes x 8 rollouts each)")
+    parser.add_argument("--updates", type=int, default=30, help="updates (8 mazes x 8 rollouts each)")
     parser.add_argument("--out", default="examples/out", help="where the PNG and GIF go")
     parser.add_argument("--smoke", action="store_true", help="tiny budget (CI)")
     args = parser.parse_args()
-    updates, eval_every, size = (10 if args.smoke else args.updates), 5, 7
+    updates, eval_every, size = (20 if args.smoke else args.updates), 5, 7
     torch.set_num_threads(1)
     torch.manual_seed(0)
 

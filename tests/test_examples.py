@@ -70,6 +70,13 @@ def test_custom_algorithm_beats_random(tmp_path):
     assert_image(tmp_path / "05_reinforce_solves.gif", frames=2)
 
 
+def test_report_and_replays_from_eval_records(tmp_path):
+    run_example("06_report_and_replays.py", "--smoke", "--out", str(tmp_path), cwd=tmp_path)
+    assert_image(tmp_path / "06_eval_grid.png")
+    assert_image(tmp_path / "06_replays.gif", frames=2)
+    assert "<img" in (tmp_path / "06_run" / "report.html").read_text()
+
+
 def test_race_oracle_wins(tmp_path):
     out = run_example("07_race.py", "--smoke", "--out", str(tmp_path), cwd=tmp_path)
     assert "'agent_0': 3" in out
