@@ -3,7 +3,7 @@
 Built-in algorithms are imported lazily, on the first call that needs them, so that
 ``import algos`` (and ``algos.data``) stays torch-free for rollout workers.
 
-Adding an algorithm takes one file (see ``examples/03_custom_algorithm.py``)::
+Adding an algorithm takes one file (see ``examples/05_custom_algorithm.py``)::
 
     @algos.register("my_algo")
     class MyAlgo(algos.base.Algorithm):

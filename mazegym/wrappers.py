@@ -50,7 +50,11 @@ class TextActionWrapper(gym.Wrapper):
 
 
 class ImageObsWrapper(gym.ObservationWrapper):
-    """Observation = the RGB frame alone (a ``Box``), e.g. for CNN policies."""
+    """Observation = the RGB frame alone (a ``Box``), e.g. for CNN policies and Stable-Baselines3.
+
+    SB3 cannot batch the default ``Dict`` observation (its ``Text`` map); use
+    ``ImageObsWrapper(gym.make("VisMaze-v0", obs_mode="image"))`` with ``"CnnPolicy"``.
+    """
 
     def __init__(self, env: gym.Env):
         super().__init__(env)

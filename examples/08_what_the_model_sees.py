@@ -1,9 +1,9 @@
 """What a language model sees: the chat messages built from VisMaze observations.
 
-    .venv/bin/python examples/02_text_and_image_obs.py [--obs-mode both|image|text]
+    python examples/08_what_the_model_sees.py [--obs-mode both|image|text] [--out examples/out]
 
 Plays the BFS oracle's moves as if they were model replies, going through the same prompt
-builder and action parser an LLM runner uses, and saves the first frame as a PNG.
+builder and action parser an LLM runner uses, and saves the first frame as ``OUT/08_first_frame.png``.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ def main() -> None:
     """Build the first two turns of a conversation and print them."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--obs-mode", default="both", choices=["both", "image", "text"])
-    parser.add_argument("--png", default="runs/first_frame.png")
+    parser.add_argument("--out", default="examples/out", help="where the PNG goes")
     args = parser.parse_args()
 
     env = gym.make("VisMaze-v0", obs_mode="both")
     obs, info = env.reset(seed=0)
-    Path(args.png).parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(obs["image"]).save(args.png)
+    png = Path(args.out) / "08_first_frame.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(obs["image"]).save(png)
     system = system_prompt(size=9, max_moves=20, obs_mode=args.obs_mode)
     history = []
     for action in oracle_actions(env.unwrapped.spec_maze)[:2]:
@@ -49,7 +50,7 @@ def main() -> None:
         print(f"[assistant] {reply}  -> parsed {parsed.name}\n")
         history.append((current, reply))
         obs, reward, terminated, truncated, info = env.step(parsed.action)
-    print(f"first frame saved to {args.png}")
+    print(f"first frame saved to {png}")
 
 
 if __name__ == "__main__":
