@@ -50,6 +50,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mode", choices=["gigpo", "shaping", "dagger", "best", "maxq"], default="gigpo")
     p.add_argument("--episode-weight", type=float, default=1.0, help="gigpo: weight of the episode-level term")
     p.add_argument("--warmup", type=int, default=0, help="linear learning-rate warmup over this many optimizer steps")
+    p.add_argument("--random-starts", action="store_true",
+                   help="exploring starts: each play of a training maze starts from a random open cell (same goal)")
     p.add_argument("--epochs", type=int, default=1, help="passes over each iteration's rows")
     p.add_argument("--lr", type=float, default=3e-4, help="learning rate of the on-policy stage")
     p.add_argument("--keep-optimizer", action="store_true", help="continue SFT's AdamW state instead of a fresh one")
@@ -159,11 +161,16 @@ def main() -> None:
         optimizer = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: min(1.0, (n + 1) / a.warmup) if a.warmup else 1.0)
     generator = torch.Generator().manual_seed(a.seed)
+    start_rng = np.random.default_rng(a.seed)
     stream = MazeStream(size=9, seed=100 + a.seed, max_optimal_moves=20)
     t0, iteration = time.time(), 0
     while time.time() - t0 < a.seconds:
         mazes = [next(stream) for _ in range(a.mazes)]
         specs = [m for m in mazes for _ in range(a.group)]
+        if a.random_starts:
+            from runners.sft import _random_start
+
+            specs = [_random_start(s, start_rng) for s in specs]
         done, trajs = play(specs, False, generator)
         success = np.array(done, float).reshape(a.mazes, a.group)
         episode_adv = (success - success.mean(1, keepdims=True)) / (success.std(1, keepdims=True) + 1e-6)
