@@ -52,6 +52,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=0, help="linear learning-rate warmup over this many optimizer steps")
     p.add_argument("--random-starts", action="store_true",
                    help="exploring starts: each play of a training maze starts from a random open cell (same goal)")
+    p.add_argument("--epsilon", type=float, default=0.0,
+                   help="maxq: take a uniformly random move with this probability (its labels need no on-policy data)")
     p.add_argument("--epochs", type=int, default=1, help="passes over each iteration's rows")
     p.add_argument("--lr", type=float, default=3e-4, help="learning rate of the on-policy stage")
     p.add_argument("--keep-optimizer", action="store_true", help="continue SFT's AdamW state instead of a fresh one")
@@ -111,6 +113,9 @@ def main() -> None:
             lg = logits([specs[i] for i in active], [pos[i] for i in active])
             logp = torch.log_softmax(lg / a.temperature, -1)
             picks = lg.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            if not greedy and a.epsilon > 0:
+                explore = torch.rand(len(picks), generator=generator) < a.epsilon
+                picks = torch.where(explore, torch.randint(0, 4, (len(picks),), generator=generator), picks)
             for j, i in enumerate(active):
                 k = int(picks[j])
                 trajs[i].append((pos[i], k, float(logp[j, k])))

@@ -46,8 +46,7 @@ step *j* (padding passes contribute exact zeros: loss x 0). The step's gradient 
 the mean over the ranks that trained in it of their own minibatch gradients (each normalised
 over its own minibatch, as on the local runner), then clipped to ``max_grad_norm`` by its
 global norm, then one AdamW step on every shard. With one rank this is the local runner's
-update exactly. (The replaced DDP-style averager also averaged over the ranks that had data,
-but clipped each rank's gradient before averaging.) A rank with nothing to train on still
+update exactly. A rank with nothing to train on still
 takes every optimizer step (its shards are part of the model) and advances its learning-rate
 schedule with the others.
 

@@ -11,8 +11,8 @@
   pretrained alone on BFS demonstrations (220 steps x 128 moves), then frozen while the projector
   and decoder learn to write the reply (100 steps x 128 moves, with the agent localisation loss).
   Then LoRA GiGPO on the decoder with the vision encoder trained in full inside the adapter
-  (``lora.modules_to_save=vision_tower``). Measured, seeds 0/1/2: 41/28/32 of 64 after SFT,
-  50/32/33 after RL; far from the case study's 95% (README, "The visual row").
+  (``lora.modules_to_save=vision_tower``). Its measured results, far from the case study's 95%,
+  are in the README ("The visual row").
 * ``cpu-tiny-vlm``: the text recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,
