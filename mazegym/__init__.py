@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 _ENTRY_POINT = "mazegym.envs.vismaze:VisMazeEnv"
 
-PRESETS: dict[str, dict] = {
+REGISTERED_ENVS: dict[str, dict] = {
     "VisMaze-v0": {"size": 9, "max_moves": 20},
     "VisMaze-Hard-v0": {"size": 11, "max_moves": 30},
     "VisMaze-7x7-v0": {"size": 7, "max_moves": 16},
@@ -38,7 +38,7 @@ sizes (generalisation studies) get move limits about 1.5x their typical optimal 
 
 
 def _register_all() -> None:
-    for env_id, kwargs in PRESETS.items():
+    for env_id, kwargs in REGISTERED_ENVS.items():
         if env_id not in registry:
             register(id=env_id, entry_point=_ENTRY_POINT, kwargs=dict(kwargs))
 
@@ -53,7 +53,7 @@ __all__ = [
     "MazeStream",
     "is_eval_maze",
     "load_eval_set",
-    "PRESETS",
+    "REGISTERED_ENVS",
     "VisMazeEnv",
     "generate_maze",
     "sample_maze",

@@ -263,7 +263,7 @@ def play(size: int = 9, max_moves: int | None = None, seed: int | None = None, e
         size, max_moves = mazes[index].size, max_moves or EVAL_SETS[eval_set].max_moves
         options = {"maze": mazes[index]}
     if max_moves is None:
-        known = [kw["max_moves"] for kw in mazegym.PRESETS.values() if kw["size"] == size]
+        known = [kw["max_moves"] for kw in mazegym.REGISTERED_ENVS.values() if kw["size"] == size]
         max_moves = known[0] if known else 2 * size
     env = VisMazeEnv(size=size, max_moves=max_moves, obs_mode="both" if window else "text")
     obs, info = env.reset(seed=seed, options=options)
