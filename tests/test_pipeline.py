@@ -95,3 +95,11 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     assert heldout["episodes"] == 64 and heldout["vision_iterations"] == 25  # 20 x 11 / 9, rounded up
     out = export(cfg, merged=True)
     assert (out / "merged" / "config.json").is_file()
+    # The run's report: curves, before/after grids and replays of the real run, rendered by a browser.
+    from report_helpers import assert_renders_in_chromium, chromium
+    from runners.report import write_report
+
+    page = write_report(run).read_text()
+    assert page.count("data:image/png") >= 3 and page.count("data:image/gif") >= 1, "charts, grids and replays"
+    if chromium() is not None:
+        assert_renders_in_chromium(run / "report.html", tmp_path)

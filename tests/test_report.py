@@ -7,11 +7,8 @@ and loads the HTML in headless Chromium: no console errors, every image decoded 
 
 from __future__ import annotations
 
-import html
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +18,7 @@ from algos.data import Episode, Turn
 from mazegym.evalsets import EVAL_SETS, load_eval_set
 from mazegym.recording import OUTCOME_RGB, maze_grid, maze_thumbnail
 from mazegym.solver import shortest_path_actions
+from report_helpers import NO_CHROMIUM, assert_renders_in_chromium, chromium
 from runners import cli
 from runners.evaluate import (discard_eval_records, eval_summary, list_eval_records, maze_records, read_eval_records,
                               records_path, replay_record, strip_records, write_eval_records)
@@ -171,59 +169,11 @@ def test_report_says_what_is_missing_and_refuses_a_dir_without_a_run(tmp_path, c
 
 
 # --------------------------------------------------------------------------- browser
-PROBE = """<script>
-window.__errors = [];
-window.addEventListener('error', function (e) {
-  var src = e.target && e.target.src ? String(e.target.src).slice(0, 40) : '';
-  window.__errors.push(e.message ? String(e.message) : 'failed to load ' + src);
-}, true);
-['error', 'warn'].forEach(function (level) {
-  var original = console[level];
-  console[level] = function () {
-    window.__errors.push(level + ': ' + [].join.call(arguments, ' '));
-    original.apply(console, arguments);
-  };
-});
-window.addEventListener('load', function () {
-  var images = [].slice.call(document.images);
-  var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
-    .map(function (i) { return i.alt; });
-  var out = document.createElement('pre');
-  out.id = 'mazegym-probe';
-  out.textContent = JSON.stringify({images: images.length, broken: broken, errors: window.__errors});
-  document.body.appendChild(out);
-});
-</script>"""
-"""Injected into a copy of the report (which has no script of its own): records errors, then checks every image."""
-
-
-def chromium() -> str | None:
-    """The Chromium (or Chrome) executable on PATH, if any."""
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-@pytest.mark.skipif(chromium() is None, reason="no chromium on PATH: scripts/install.sh installs it with apt-get "
-                                               "when run as root (apt-get install -y chromium)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_report_renders_in_headless_chromium_with_every_image_loaded(tmp_path, capsys):
     run = make_run(tmp_path / "run")
     assert _report([str(run)], capsys)[0] == 0
-    page = (run / "report.html").read_text()
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("<head>", "<head>" + PROBE, 1))
-    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    found = re.search(r'<pre id="mazegym-probe">(.*?)</pre>', proc.stdout, re.S)
-    assert found, "the page did not finish loading: " + proc.stderr[-2000:]
-    probe = json.loads(html.unescape(found.group(1)))
-    assert probe["images"] == page.count("<img "), probe
-    assert probe["broken"] == [] and probe["errors"] == [], probe
-    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
-    assert console == [], "the page wrote to the console:\n" + "\n".join(console)
+    assert_renders_in_chromium(run / "report.html", tmp_path)
 
 
 # --------------------------------------------------------------------------- the training loop writes them
