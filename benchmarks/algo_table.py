@@ -114,22 +114,23 @@ def fmt(s: dict | None, scale: float = 1.0, digits: int = 1, unit: str = "") -> 
     """``mean (min-max, sd std)`` of a spread, scaled; ``-`` when there is nothing."""
     if s is None:
         return "-"
-    m, lo, hi = (f"{s[k] * scale:.{digits}f}{unit}" for k in ("mean", "min", "max"))
-    sd = "" if s["std"] is None else f", sd {s['std'] * scale:.{digits}f}"
-    return m if s["n"] == 1 else f"{m} ({lo}-{hi}{sd})"
+    m, lo, hi, sd = (None if s[k] is None else f"{s[k] * scale:.{digits}f}" for k in ("mean", "min", "max", "std"))
+    return f"{m}{unit}" if s["n"] == 1 else f"{m}{unit} ({lo}-{hi}{unit}, sd {sd}{unit})"
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
     """The table as Markdown, with the command and settings that produced it."""
     thr = f"{meta['threshold']:.0%}"
     lines = [f"# Algorithm table: preset `{meta['preset']}`", "",
-             f"Command: `{meta['command']}`  ", f"SFT start: `{meta['sft']}`; overrides: `{' '.join(meta['overrides'])}`  ",
+             f"Command: `{meta['command']}`  ",
+             f"SFT start: `{meta['sft']}`; overrides: `{' '.join(meta['overrides'])}`  ",
              f"Greedy solve rate on the preset's eval set; mean (min-max, sd) over finished seeds. {meta['date']}", "",
              f"| algo | seeds ok | before RL | after RL | steps to {thr} | wall to {thr} | wall per run | peak RSS |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ok = f"{r['finished']}/{len(r['seeds'])}" + (f" (failed: {r['failed']})" if r["failed"] else "")
-        reach = "not reached" if not r["reached"] else f"{fmt(r['steps_to_threshold'], digits=0)} ({r['reached']} seeds)"
+        steps = fmt(r["steps_to_threshold"])
+        reach = "not reached" if not r["reached"] else f"{steps} ({r['reached']}/{r['finished']} seeds)"
         secs = "not reached" if not r["reached"] else fmt(r["seconds_to_threshold"], 1 / 60, 1, " min")
         lines.append(f"| {r['algo']} | {ok} | {fmt(r['before'], 100, 1, '%')} | {fmt(r['after'], 100, 1, '%')} | "
                      f"{reach} | {secs} | {fmt(r['wall_s'], 1 / 60, 1, ' min')} | "
@@ -222,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = aggregate(runs, args.threshold)
     meta = {"preset": args.preset, "sft": str(sft), "overrides": overrides, "threshold": args.threshold,
             "command": " ".join(["python benchmarks/algo_table.py", *(argv if argv is not None else sys.argv[1:])]),
-            "date": time.strftime("%Y-%m-%d %H:%M"), "algo_overrides": {a: ALGO_OVERRIDES.get(a, []) for a in args.algos}}
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "algo_overrides": {a: ALGO_OVERRIDES.get(a, []) for a in args.algos}}
     table = markdown(rows, meta)
     write_atomic(out / "table.md", table.encode())
     write_atomic(out / "table.json", json.dumps({**meta, "rows": rows, "runs": runs}, indent=2).encode())
