@@ -3,8 +3,8 @@
 Makes one SFT model (``mazegym sft``, or reuses ``--sft``), then runs ``mazegym train`` once per
 algorithm x seed as a subprocess (a crash is recorded, not fatal), and writes ``OUT/table.md``,
 ``OUT/table.json`` and ``OUT/curves.png`` (eval solve rate vs RL step, mean and min-max over seeds).
-A finished run (``OUT/<algo>/seed<S>/bench.json`` with exit code 0) is reused and any other is
-rerun from scratch, so an interrupted table resumes where it stopped.
+A finished run (``OUT/<algo>/seed<S>/bench.json`` with exit code 0 and the same command) is reused and
+any other is rerun from scratch, so an interrupted table resumes where it stopped.
 
     python benchmarks/algo_table.py --preset cpu-tiny --seeds 0 1 2 --out runs/algo-table
     python benchmarks/algo_table.py --smoke --algos grpo ppo --seeds 0 --out /tmp/algo-smoke
@@ -167,8 +167,8 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
 
 
 def sft_checkpoint(path: Path) -> Path:
-    """The model (or adapter) dir of an SFT run dir; ``path`` itself when it already is one."""
-    for sub in ("sft/model", "sft/adapter"):
+    """The model (or adapter) dir of an SFT run dir or an earlier table's OUT; else ``path`` itself."""
+    for sub in ("sft/model", "sft/adapter", "sft/sft/model", "sft/sft/adapter"):
         if (path / sub).is_dir():
             return path / sub
     return path
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="loop.seed values (default 0 1 2)")
     p.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the preset's loop.steps)")
     p.add_argument("--out", type=Path, default=Path("runs/algo-table"), help="output dir (default runs/algo-table)")
-    p.add_argument("--sft", type=Path, default=None, help="reuse this SFT model dir (or a run dir holding sft/model)")
+    p.add_argument("--sft", type=Path, default=None,
+                   help="reuse this SFT model dir, a run dir holding sft/model, or an earlier --out")
     p.add_argument("--extra", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for SFT and every run")
     p.add_argument("--threshold", type=float, default=0.95, help="solve rate for the steps/wall-to columns")
     p.add_argument("--parallel", type=int, default=1, help="runs at a time (default 1: sequential)")
@@ -199,18 +200,21 @@ def main(argv: list[str] | None = None) -> int:
         if res["rc"] != 0:
             sys.exit(f"SFT failed (exit {res['rc']}); see {out / 'sft' / 'sft.log'}")
     sft = sft_checkpoint((args.sft or out / "sft").resolve())
+    if not ((sft / "config.json").is_file() or (sft / "adapter_config.json").is_file()):
+        sys.exit(f"--sft {args.sft}: no model or adapter at {sft} (give a model dir or a run dir holding sft/model)")
 
     def one(job: tuple[str, int]) -> dict:
         algo, seed = job
         run_dir = out / algo / f"seed{seed}"
         done = run_dir / "bench.json"
-        if done.is_file() and json.loads(done.read_text())["rc"] == 0:
-            print(f"[{algo} seed {seed}] reused {run_dir}", flush=True)
-            return read_run(run_dir, json.loads(done.read_text()))
-        shutil.rmtree(run_dir, ignore_errors=True)  # a crashed or interrupted run is measured again from scratch
         cli = ["train", "--preset", args.preset, "--run-dir", str(run_dir), "--resume", "none",
                f"sft.checkpoint={sft}", f"algo.name={algo}", f"loop.seed={seed}",
                *ALGO_OVERRIDES.get(algo, []), *overrides]
+        old = json.loads(done.read_text()) if done.is_file() else {}
+        if old.get("rc") == 0 and old["cmd"][3:] == cli:
+            print(f"[{algo} seed {seed}] reused {run_dir}", flush=True)
+            return read_run(run_dir, old)
+        shutil.rmtree(run_dir, ignore_errors=True)  # a crashed, interrupted or other run is measured from scratch
         bench = {"algo": algo, "seed": seed, **run_child(cli, run_dir / "train.log")}
         write_atomic(done, json.dumps(bench, indent=2).encode())
         print(f"[{algo} seed {seed}] exit {bench['rc']}, {bench['wall_s']:.0f} s, "
