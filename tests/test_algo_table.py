@@ -1,0 +1,108 @@
+"""benchmarks/algo_table.py: the aggregation on hand-made runs, and a smoke table of two algorithms end to end."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("algo_table", ROOT / "benchmarks" / "algo_table.py")
+algo_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(algo_table)
+
+
+def run(algo, seed, rc, after, curve, wall, rss, before=0.4):
+    return {"algo": algo, "seed": seed, "rc": rc, "wall_s": wall, "peak_rss_mb": rss,
+            "before": before if rc == 0 else None, "after": after, "curve": curve}
+
+
+RUNS = [
+    run("a", 0, 0, 0.5, [[0, 0.4, 10.0], [5, 0.5, 60.0]], 100.0, 500.0),  # never reaches 95%
+    run("a", 1, 0, 0.75, [[0, 0.4, 10.0], [5, 0.96, 50.0], [10, 0.75, 100.0]], 200.0, 700.0),  # at step 5, 50 s
+    run("a", 2, 0, 1.0, [[0, 0.4, 12.0], [5, 0.9, 70.0], [10, 1.0, 130.0]], 300.0, 600.0),  # at step 10, 130 s
+    run("b", 0, 1, None, [], 30.0, 400.0),  # crashed
+    run("b", 1, 0, 0.25, [[0, 0.4, 10.0], [5, 0.25, 40.0]], 90.0, 800.0),
+]
+
+
+def test_aggregate_hand_computed():
+    a, b = algo_table.aggregate(RUNS, threshold=0.95)
+    assert (a["algo"], a["finished"], a["failed"], a["reached"]) == ("a", 3, [], 2)
+    assert a["before"] == pytest.approx({"mean": 0.4, "min": 0.4, "max": 0.4, "std": 0.0, "n": 3})
+    # after: 0.5, 0.75, 1.0 -> mean 0.75, sample std sqrt((0.25^2 + 0 + 0.25^2) / 2) = 0.25
+    assert a["after"]["mean"] == pytest.approx(0.75) and a["after"]["std"] == pytest.approx(0.25)
+    assert (a["after"]["min"], a["after"]["max"]) == (0.5, 1.0)
+    # steps to 95%: 5 and 10 -> mean 7.5, std sqrt(2 * 2.5^2) = 3.5355; seconds 50 and 130 -> mean 90, std 56.5685
+    assert a["steps_to_threshold"] == pytest.approx({"mean": 7.5, "min": 5, "max": 10, "std": 3.5355339, "n": 2})
+    assert a["seconds_to_threshold"] == pytest.approx({"mean": 90.0, "min": 50.0, "max": 130.0, "std": 56.568542,
+                                                       "n": 2})
+    assert a["wall_s"] == pytest.approx({"mean": 200.0, "min": 100.0, "max": 300.0, "std": 100.0, "n": 3})
+    assert a["peak_rss_mb"]["max"] == 700.0
+    # b: the crashed seed counts as failed, its wall time still counts; one finished seed has no std
+    assert (b["finished"], b["failed"], b["reached"], b["steps_to_threshold"]) == (1, [0], 0, None)
+    assert b["after"] == {"mean": 0.25, "min": 0.25, "max": 0.25, "std": None, "n": 1}
+    assert b["wall_s"]["mean"] == pytest.approx(60.0)
+
+
+def test_threshold_is_inclusive_and_table_text():
+    assert algo_table.to_threshold([[0, 0.5, 1.0], [3, 0.95, 9.0]], 0.95) == (3, 9.0)
+    assert algo_table.to_threshold([[0, 0.5, 1.0]], 0.95) is None
+    meta = {"preset": "p", "command": "c", "sft": "s", "overrides": [], "threshold": 0.95, "date": "d"}
+    md = algo_table.markdown(algo_table.aggregate(RUNS), meta)
+    # seconds to 95%: 50, 130 s = 0.83, 2.17 min; wall 100-300 s; RSS 500-700 MB = 0.49-0.68 GB, sd 100 MB = 0.10 GB
+    assert ("| a | 3/3 | 40.0% (40.0-40.0%, sd 0.0%) | 75.0% (50.0-100.0%, sd 25.0%) | "
+            "7.5 (5.0-10.0, sd 3.5) (2/3 seeds) | 1.5 min (0.8-2.2 min, sd 0.9 min) | "
+            "3.3 min (1.7-5.0 min, sd 1.7 min) | 0.59 GB (0.49-0.68 GB, sd 0.10 GB) |") in md
+    assert "| b | 1/2 (failed: [0]) | 40.0% | 25.0% | not reached | not reached |" in md
+
+
+def test_read_run_parses_the_run_files(tmp_path):
+    (tmp_path / "eval_results.json").write_text(json.dumps({
+        "before_rl": {"solve_rate": 0.25, "solved": 16, "episodes": 64},
+        "after_rl": {"solve_rate": 0.5, "solved": 32, "episodes": 64}}))
+    records = [{"step": 0, "phase": "eval", "time": 1010.0, "eval/solve_rate": 0.25},
+               {"step": 1, "phase": "rl", "time": 1020.0, "train/loss": float("nan")},
+               {"step": 2, "phase": "rl", "time": 1030.0, "eval/solve_rate": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    bench = {"algo": "grpo", "seed": 3, "rc": 0, "wall_s": 40.0, "peak_rss_mb": 512.0, "start": 1000.0}
+    rec = algo_table.read_run(tmp_path, bench)
+    assert (rec["before"], rec["after"], rec["solved_before"], rec["solved_after"]) == (0.25, 0.5, 16, 32)
+    assert rec["curve"] == [[0, 0.25, 10.0], [2, 0.5, 30.0]]
+
+
+@pytest.mark.slow
+def test_smoke_table_two_algorithms(tmp_path):
+    out = tmp_path / "table"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "algo_table.py"), "--smoke", "--preset", "cpu-tiny",
+           "--algos", "grpo", "ppo", "--seeds", "0", "--out", str(out)]
+    proc = subprocess.run(cmd,
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    md, data = (out / "table.md").read_text(), json.loads((out / "table.json").read_text())
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [r["algo"] for r in data["rows"]] == ["grpo", "ppo"]
+    for row in data["rows"]:
+        run_dir = out / row["algo"] / "seed0"
+        results = json.loads((run_dir / "eval_results.json").read_text())
+        assert row["finished"] == 1 and row["failed"] == []
+        assert row["before"]["mean"] == results["before_rl"]["solve_rate"]
+        assert row["after"]["mean"] == results["after_rl"]["solve_rate"]
+        assert row["wall_s"]["mean"] > 0 and row["peak_rss_mb"]["mean"] > 100  # a torch process is >100 MB
+        evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        curve = [r for r in data["runs"] if r["algo"] == row["algo"]][0]["curve"]
+        assert [c[:2] for c in curve] == [[r["step"], r["eval/solve_rate"]] for r in evals if "eval/solve_rate" in r]
+        assert [c[0] for c in curve] == [0, 1, 2]
+        after = f"{100 * results['after_rl']['solve_rate']:.1f}%"
+        assert f"| {row['algo']} | 1/1 | " in md and after in md
+        assert not math.isnan(row["after"]["mean"])
+    # the config each run used: the shared SFT checkpoint, its algorithm and PPO's setting
+    configs = {a: json.loads((out / a / "seed0" / "config.json").read_text()) for a in ("grpo", "ppo")}
+    assert configs["grpo"]["sft"]["checkpoint"] == configs["ppo"]["sft"]["checkpoint"] == data["sft"]
+    assert configs["ppo"]["algo"]["name"] == "ppo"
+    assert configs["ppo"]["algo"]["params"]["filter_zero_variance"] is False
