@@ -16,7 +16,7 @@ import sys
 
 import gymnasium as gym
 
-import mazegym  # registers VisMaze-v0
+import mazegym  # noqa: F401  (registers VisMaze-v0)
 from mazegym.recording import record_gif
 
 KEYS = {"\x1b[C": 0, "\x1b[A": 1, "\x1b[D": 2, "\x1b[B": 3, "d": 0, "w": 1, "a": 2, "s": 3,  # terminal

@@ -26,7 +26,7 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
-import mazegym  # registers VisMaze-v0
+import mazegym  # noqa: F401  (registers VisMaze-v0)
 from mazegym.wrappers import ImageObsWrapper, ReseedWrapper
 
 matplotlib.use("Agg")

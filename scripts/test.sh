@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+.venv/bin/ruff check .   # lint rules in pyproject.toml ([tool.ruff])
 exec .venv/bin/pytest -q "$@"

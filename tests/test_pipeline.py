@@ -47,7 +47,7 @@ def test_sft_then_grpo_raises_solve_rate(tmp_path):
     assert [r["step"] for r in records] == list(range(1, RL_STEPS + 1))
     for key in ("generate", "score", "update", "sync"):
         assert all(f"time/{key}" in r for r in records)
-    assert f"time/checkpoint" in records[5] and "time/eval" in records[-1]
+    assert "time/checkpoint" in records[5] and "time/eval" in records[-1]
     assert set(f"time/{p}" for p in PHASES) >= {k for r in records for k in r if k.startswith("time/")}
     assert any(f"train/{k}" in records[-1] for k in COLLAPSE_KEYS)
     assert len(read_jsonl(run / "metrics.jsonl", phase="sft")) == SFT_STEPS
@@ -89,7 +89,7 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     assert any("lora_" in n for n in names) and any("vision_tower" in n for n in names), names[:5]
     # Two more steps resume from the step-2 checkpoint.
     cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides[:3] + ["loop.steps=4"] + overrides[4:])
-    second = train(cfg, log=lambda m: None)
+    train(cfg, log=lambda m: None)
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl", phase="rl")] == [1, 2, 3, 4]
     heldout = json.loads((run / "eval_results.json").read_text())["heldout"]["VisMaze-Hard-v0"]
     assert heldout["episodes"] == 64 and heldout["vision_iterations"] == 25  # 20 x 11 / 9, rounded up

@@ -16,7 +16,6 @@ even 200 bytes kept per env step, or 2 KB per reset, would cross it.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from pathlib import Path
 
