@@ -4,6 +4,11 @@ Run (pytest-benchmark; the project's addopts disable benchmarks by default)::
 
     OMP_NUM_THREADS=1 .venv/bin/pytest benchmarks/bench_update.py --benchmark-enable -q -s
 
+The cheap part (network-policy GRPO and PPO updates, seconds) also runs as a script that prints
+samples/s (best and median over updates) and writes JSON::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_update.py [--seconds S] [--json PATH]
+
 Each benchmark times one ``algo.update(episodes)`` (advantages, old-logprob recompute, one
 epoch, optimizer step) on a fixed synthetic batch and prints a JSON line with samples/s
 (turns per second), tokens/s (scored response tokens per second) and peak memory: the Python
@@ -12,9 +17,14 @@ heap peak from ``tracemalloc`` during the update and the process max RSS from ``
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import resource
+import statistics
+import sys
 import time
+from pathlib import Path
 import tracemalloc
 
 import numpy as np
@@ -23,6 +33,11 @@ import torch
 
 import algos
 from algos.data import Episode, Turn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_env sits next to this file
+from bench_env import machine_facts, time_blocks, write_json  # noqa: E402
+
+DEFAULT_JSON = "runs/bench/bench_update.json"
 
 
 def _report(name: str, episodes: list[Episode], update) -> dict:
@@ -66,14 +81,50 @@ def net_episodes(grid: int = 11, groups: int = 16, group_size: int = 8, turns: i
     return episodes
 
 
-@pytest.mark.parametrize("name", ["grpo", "ppo"])
-def test_bench_network_policy_update(benchmark, name):
+def net_update_case(name: str):
+    """The network-policy algorithm ``name`` (11x11 grid) and its synthetic batch of 2,560 turns."""
     from algos.policies.net import MazeNetPolicy
 
     torch.manual_seed(0)
-    policy = MazeNetPolicy(11)
-    algo = algos.make(name, policy, lr=1e-3, epochs=1, minibatch_size=1024)
-    episodes = net_episodes()
+    algo = algos.make(name, MazeNetPolicy(11), lr=1e-3, epochs=1, minibatch_size=1024)
+    return algo, net_episodes()
+
+
+def run_net(seconds: float = 2.0, names: tuple[str, ...] = ("grpo", "ppo")) -> dict:
+    """Time repeated network-policy updates for about ``seconds`` per algorithm; samples/s = turns per second."""
+    result = {"machine": machine_facts(), "loadavg_start": list(os.getloadavg()), "samples_per_s": {}}
+    for name in names:
+        algo, episodes = net_update_case(name)
+        turns = sum(len(ep.turns) for ep in episodes)
+        times = time_blocks(lambda: algo.update(episodes), seconds)
+        result["samples_per_s"][f"net-{name}"] = {
+            "best": turns / min(times), "median": turns / statistics.median(times), "updates": len(times),
+            "turns_per_update": turns,
+        }
+    result["loadavg_end"] = list(os.getloadavg())
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Time the network-policy updates, print samples/s and write the JSON."""
+    p = argparse.ArgumentParser(description="network-policy update throughput (samples/s)")
+    p.add_argument("--seconds", type=float, default=2.0, help="timing budget per algorithm (default 2.0)")
+    p.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the figures (default {DEFAULT_JSON})")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)  # tiny ops only gain contention from more threads on shared cores
+    result = run_net(args.seconds)
+    for name, v in result["samples_per_s"].items():
+        print(f"{name}: best {v['best']:,.0f} samples/s, median {v['median']:,.0f} samples/s "
+              f"({v['updates']} updates of {v['turns_per_update']} turns)")
+    print(f"load average {result['loadavg_start'][0]:.2f} at start, {result['loadavg_end'][0]:.2f} at end")
+    write_json(result, Path(args.json))
+    print(f"wrote {args.json}")
+    return result
+
+
+@pytest.mark.parametrize("name", ["grpo", "ppo"])
+def test_bench_network_policy_update(benchmark, name):
+    algo, episodes = net_update_case(name)
     _report(f"net-{name}", episodes, algo.update)
     benchmark.pedantic(algo.update, args=(episodes,), rounds=3, iterations=1)
 
@@ -98,3 +149,7 @@ def test_bench_tiny_lora_lm_update(benchmark):
             episodes.append(ep)
     _report("lora-lm-grpo", episodes, algo.update)
     benchmark.pedantic(algo.update, args=(episodes,), rounds=2, iterations=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
