@@ -83,6 +83,21 @@ def episode_turns(episodes: Sequence[Episode]) -> tuple[list[Turn], torch.Tensor
     return turns, torch.tensor(owner, dtype=torch.long)
 
 
+class Strategy:
+    """How an update's collective steps run: the single-process default (a data-parallel runner subclasses it).
+
+    :class:`Algorithm` calls it once per optimizer step (:meth:`clip_gradients`, between the
+    last backward and ``optimizer.step()``); a sharded runner synchronises its ranks and
+    reduces their gradients there (``runners.fsdp.Lockstep``).
+    """
+
+    def clip_gradients(self, algorithm: "Algorithm") -> float:
+        """Clip the global gradient norm to ``max_grad_norm`` (<= 0: no clipping); returns the norm before clipping."""
+        params = [p for g in algorithm.optimizer.param_groups for p in g["params"]]
+        clip = algorithm.config.max_grad_norm if algorithm.config.max_grad_norm > 0 else math.inf
+        return float(torch.nn.utils.clip_grad_norm_(params, clip))
+
+
 class Algorithm:
     """Base class: subclasses set ``Config`` and implement :meth:`compute_advantages`."""
 
@@ -91,8 +106,10 @@ class Algorithm:
     needs_value_head = False
     """True when the algorithm trains a critic (the policy must have a value head)."""
 
-    def __init__(self, policy: Policy, config: AlgorithmConfig | None = None):
+    def __init__(self, policy: Policy, config: AlgorithmConfig | None = None, strategy: Strategy | None = None):
         self.policy = policy
+        self.strategy = strategy if strategy is not None else Strategy()
+        """Runs the collective steps of :meth:`update` (a runner may set its own before the first update)."""
         self.config = config if config is not None else self.Config()
         self.validate_config()
         params = list(policy.trainable_parameters())
@@ -295,15 +312,8 @@ class Algorithm:
         return sums
 
     def clip_gradients(self) -> float:
-        """Clip the global gradient norm to ``max_grad_norm`` (<= 0: no clipping); returns the norm before clipping.
-
-        Called once per optimizer step, between the last backward and ``optimizer.step()``: the hook
-        where a data-parallel runner synchronises ranks and reduces sharded gradients
-        (``runners.fsdp.Lockstep``).
-        """
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        clip = self.config.max_grad_norm if self.config.max_grad_norm > 0 else math.inf
-        return float(torch.nn.utils.clip_grad_norm_(params, clip))
+        """Clip the gradients before an optimizer step (:meth:`Strategy.clip_gradients`); returns the norm before clipping."""
+        return self.strategy.clip_gradients(self)
 
     def _skipped(self, metrics: dict[str, float]) -> dict[str, float]:
         """Metrics for an update with nothing to train on (e.g. every group filtered out)."""

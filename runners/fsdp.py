@@ -8,19 +8,24 @@ vision tower). Frozen base weights, LoRA weights, LoRA gradients and the AdamW s
 sharded; the same code runs with gloo on CPUs and NCCL on GPUs. Functions:
 
 * :func:`shard_policy` shards the model (call it before the optimizer is built: it replaces the
-  parameters with DTensors) and makes ``policy.load_adapter`` shard-aware;
+  parameters with DTensors) and returns it as a :class:`ShardedLoRALMPolicy` (shard-aware
+  ``load_adapter``, refused ``save_adapter``, a lockstep round before each forward);
 * :func:`gather_adapter` / :func:`save_full_adapter` / :func:`load_full_adapter`: the full
   adapter in PEFT format (what the sync dir and checkpoints hold, valid for any worker count);
 * :func:`gather_algorithm_state` / :func:`shard_optimizer_state`: the optimizer state in the
   local runner's (unsharded) checkpoint format, and back into shards after loading;
-* :class:`Lockstep`: every rank runs the same sequence of collectives in one update.
+* :class:`Lockstep`: every rank runs the same sequence of collectives in one update; it is the
+  algorithm's :class:`algos.base.Strategy` and the sharded policy's ``lockstep``.
 
 Lockstep. FSDP2 all-gathers parameters in every forward and reduce-scatters gradients in every
 backward, so every rank must run the same passes in the same order, but ranks update on their
 own episodes: different numbers of turns, hence of scoring forwards, micro-batches and
 optimizer steps, and zero-variance filtering can leave a rank with nothing at all. The
-algorithm's update loop (:meth:`algos.base.Algorithm.update`) is not changed; :class:`Lockstep`
-intercepts its three kinds of collective units:
+algorithm's update loop (:meth:`algos.base.Algorithm.update`) is the local runner's; it reaches
+the :class:`Lockstep` through two explicit seams, one per place a collective unit starts:
+:meth:`ShardedLoRALMPolicy._forward` calls :meth:`Lockstep.before_forward` (S and M units), and
+``Algorithm.clip_gradients`` calls its strategy's ``clip_gradients`` (:meth:`Lockstep.clip_gradients`,
+the C unit). The three kinds of unit:
 
 ====  ====================================================  ========================================
 unit  where                                                 padding pass
@@ -38,7 +43,7 @@ runs only once every rank has finished the micro-batches of that step (or the wh
 so step *j* of every rank is the same global optimizer step. After its local update a rank
 serves rounds until every rank is done (:meth:`Lockstep.finish`). Overhead: one tiny
 all-reduce per unit. With several ranks a micro-batch is one forward (see
-:meth:`Lockstep._evaluate`).
+:meth:`ShardedLoRALMPolicy.evaluate`).
 
 Gradient semantics. Reduce-scatter *sums* (gradient divide factor 1); at each global step
 *j* the summed shard gradients are divided by ``n_j``, the number of ranks that had data for
@@ -65,6 +70,9 @@ from typing import Any, Iterator
 
 import torch
 from torch import nn
+
+from algos.base import Strategy
+from algos.policies.lm import LoRALMPolicy
 
 S, M, C, DONE = 0, 1, 2, 3
 """Round codes, in the order rounds serve them: no-grad forward, forward+backward, clip+step, done."""
@@ -105,22 +113,19 @@ def fsdp_modules(model: nn.Module) -> list[Any]:
 
 def is_sharded(policy: Any) -> bool:
     """True when :func:`shard_policy` sharded this policy's model."""
-    return bool(getattr(policy, "fsdp_sharded", False))
+    return isinstance(policy, ShardedLoRALMPolicy)
 
 
-def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> Any:
-    """Shard ``policy.model`` with FSDP2 in place (one ``fully_shard`` per decoder layer, then the root).
+def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> "ShardedLoRALMPolicy":
+    """Shard ``policy.model`` with FSDP2 (one ``fully_shard`` per decoder layer, then the root); returns the
+    :class:`ShardedLoRALMPolicy` over that model, which replaces ``policy`` (same state).
 
     Call on every rank, after the LoRA init (identical on every rank) and *before* building the
     optimizer: sharding replaces the parameters with DTensors. Gradients are reduce-scattered
-    as sums (the :class:`Lockstep` divides them by the number of ranks with data). Also makes
-    ``policy.load_adapter`` load a full PEFT adapter into the shards, and makes
-    ``policy.save_adapter`` fail loudly (saving needs the collective :func:`gather_adapter`).
+    as sums (the :class:`Lockstep` divides them by the number of ranks with data).
     ``mp_policy``: an optional ``MixedPrecisionPolicy`` (None keeps the model's own dtypes,
-    i.e. the local runner's numerics). Returns the policy.
+    i.e. the local runner's numerics).
     """
-    import types
-
     from torch.distributed.fsdp import fully_shard
 
     if is_sharded(policy):
@@ -137,17 +142,70 @@ def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> Any:
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no AVG / PREMUL_SUM
         module.set_reduce_scatter_unused_params(True, recurse=False)
-    policy.fsdp_sharded = True
-    policy.fsdp_mesh = mesh
-    policy.load_adapter = types.MethodType(load_full_adapter, policy)
+    return ShardedLoRALMPolicy(policy, mesh)
 
-    def _refuse(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("the policy is FSDP-sharded: gather the adapter on every rank (runners.fsdp.gather_adapter), "
-                           "then write it on one (runners.fsdp.save_full_adapter)")
 
-    policy.save_adapter = _refuse
-    policy.adapter_state_dict = _refuse
-    return policy
+class ShardedLoRALMPolicy(LoRALMPolicy):
+    """A :class:`~algos.policies.lm.LoRALMPolicy` whose model is FSDP2-sharded (built by :func:`shard_policy`).
+
+    Differences from the unsharded policy: every forward first takes part in its
+    :class:`Lockstep`'s round (when one is running an update), a forward with grad on several
+    ranks covers all its turns (see :meth:`evaluate`), ``load_adapter`` loads a full PEFT adapter
+    into the shards, and saving the adapter fails loudly (it needs the collective
+    :func:`gather_adapter`, then :func:`save_full_adapter` on one rank).
+    """
+
+    def __init__(self, policy: LoRALMPolicy, mesh: Any):
+        """Take over ``policy``'s state (its model already sharded on ``mesh``); ``policy`` is not used again."""
+        self.__dict__.update(vars(policy))
+        self.fsdp_mesh = mesh
+        self.lockstep: Lockstep | None = None
+        """The lockstep that runs this rank's updates; set by :class:`Lockstep`."""
+
+    def evaluate(self, turns: Any, *, reference: bool = False) -> Any:
+        """``LoRALMPolicy.evaluate``; with grad under a lockstep of several ranks, one forward for all ``turns``.
+
+        An M unit is one forward and its backward: several forwards before one backward would
+        let autograd interleave their reduce-scatters differently on different ranks. (The
+        unsharded policy splits a micro-batch above ``micro_batch_size`` turns into several
+        forwards; the results differ by float rounding only. One rank keeps the split, so one
+        worker is the local runner bit for bit.)
+        """
+        lockstep = self.lockstep
+        if not torch.is_grad_enabled() or reference or lockstep is None or lockstep.world_size == 1:
+            return super().evaluate(turns, reference=reference)
+        saved = self.micro_batch_size
+        self.micro_batch_size = max(saved, len(turns))
+        try:
+            return super().evaluate(turns, reference=reference)
+        finally:
+            self.micro_batch_size = saved
+
+    def _forward(self, turns: Any, length: int, **kwargs: Any) -> Any:
+        if self.lockstep is not None:
+            self.lockstep.before_forward()
+        return self.local_forward(turns, length, **kwargs)
+
+    def local_forward(self, turns: Any, length: int, **kwargs: Any) -> Any:
+        """One forward pass without a lockstep round (the lockstep's own padding passes)."""
+        return super()._forward(turns, length, **kwargs)
+
+    def load_adapter(self, directory: str | Path, *, critic_optional: bool = False) -> None:
+        """Load a full PEFT adapter into the shards (:func:`load_full_adapter`). Collective: every rank."""
+        load_full_adapter(self, directory, critic_optional=critic_optional)
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Refused: saving needs the collective :func:`gather_adapter` first."""
+        raise _unsaveable()
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """Refused: the adapter is sharded (:func:`gather_adapter` collects it)."""
+        raise _unsaveable()
+
+
+def _unsaveable() -> RuntimeError:
+    return RuntimeError("the policy is FSDP-sharded: gather the adapter on every rank (runners.fsdp.gather_adapter), "
+                        "then write it on one (runners.fsdp.save_full_adapter)")
 
 
 # ------------------------------------------------------------------------------ adapter I/O
@@ -308,22 +366,25 @@ def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> int:
 
 
 # ------------------------------------------------------------------------------ lockstep
-class Lockstep:
+class Lockstep(Strategy):
     """Keeps FSDP ranks in lockstep through :meth:`Algorithm.update` (see the module docstring).
 
-    Installed on one rank's ``policy`` and ``algorithm`` (wraps ``policy._forward``,
-    ``policy.evaluate`` and ``algorithm.clip_gradients``); rounds run only inside
-    :meth:`update`, which every rank must enter once per training step::
+    One rank's :class:`~algos.base.Strategy`: it becomes ``algorithm.strategy`` (its
+    :meth:`clip_gradients` is the C unit) and ``policy.lockstep`` (each forward of the
+    :class:`ShardedLoRALMPolicy` is an S or M unit). Rounds run only inside :meth:`update`,
+    which every rank must enter once per training step::
 
         with lockstep.update():
             metrics = algorithm.update(my_episodes)
     """
 
-    def __init__(self, policy: Any, algorithm: Any, group: Any = None):
+    def __init__(self, policy: ShardedLoRALMPolicy, algorithm: Any, group: Any = None):
         import torch.distributed as dist
 
-        if not hasattr(algorithm, "clip_gradients"):
-            raise TypeError("the algorithm has no clip_gradients hook (algos.base.Algorithm provides it)")
+        if not isinstance(policy, ShardedLoRALMPolicy):
+            raise TypeError(f"Lockstep needs a policy sharded by runners.fsdp.shard_policy, got {type(policy).__name__}")
+        if not hasattr(algorithm, "strategy"):
+            raise TypeError("the algorithm has no strategy (algos.base.Algorithm provides it)")
         self.policy = policy
         self.algorithm = algorithm
         self.group = group
@@ -332,37 +393,17 @@ class Lockstep:
         self.padding = {name: 0 for name in UNIT_NAMES[:3]}
         self._real_steps = 0
         self._padded_steps = 0
-        self._orig_forward = policy._forward
-        self._orig_evaluate = policy.evaluate
-        policy._forward = self._forward
-        policy.evaluate = self._evaluate
-        algorithm.clip_gradients = self._clip
+        policy.lockstep = self
+        algorithm.strategy = self
 
-    # ------------------------------------------------------------ wrappers
-    def _evaluate(self, turns: Any, *, reference: bool = False) -> Any:
-        """``policy.evaluate``; with grad and several ranks, one forward for all ``turns``.
-
-        An M unit is one forward and its backward: several forwards before one backward would
-        let autograd interleave their reduce-scatters differently on different ranks. (The
-        unsharded policy splits a micro-batch above ``policy.micro_batch_size`` turns into several
-        forwards; the results differ by float rounding only. One rank keeps the split, so one
-        worker is the local runner bit for bit.)
-        """
-        if not torch.is_grad_enabled() or reference or self.world_size == 1:
-            return self._orig_evaluate(turns, reference=reference)
-        saved = self.policy.micro_batch_size
-        self.policy.micro_batch_size = max(saved, len(turns))
-        try:
-            return self._orig_evaluate(turns, reference=reference)
-        finally:
-            self.policy.micro_batch_size = saved
-
-    def _forward(self, turns: Any, length: int, **kwargs: Any) -> Any:
+    # ------------------------------------------------------------ units
+    def before_forward(self) -> None:
+        """Called by the policy before each forward: during an update, a round for an M (grad) or S unit."""
         if self.active:
             self._run_until(M if torch.is_grad_enabled() else S)
-        return self._orig_forward(turns, length, **kwargs)
 
-    def _clip(self) -> float:
+    def clip_gradients(self, algorithm: Any) -> float:
+        """The C unit: a round, then the mean over the ranks with data and global-norm clipping."""
         n_active = self._run_until(C) if self.active else 1
         self._real_steps += 1
         return self._clip_sharded(n_active)
@@ -420,10 +461,10 @@ class Lockstep:
         """One padding pass of kind ``unit`` (its gradients are exactly zero)."""
         if unit == S:
             with torch.no_grad():
-                self._orig_forward(self._dummy(), 1)
+                self.policy.local_forward(self._dummy(), 1)
         elif unit == M:
             with torch.enable_grad():
-                logprobs = self._orig_forward(self._dummy(), 1)[0]
+                logprobs = self.policy.local_forward(self._dummy(), 1)[0]
                 (logprobs.sum() * 0.0).backward()
         elif unit == C:
             # Only a rank that is done with its update gets here: take the others' step.

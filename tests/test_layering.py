@@ -72,3 +72,39 @@ def test_every_dotted_name_the_architecture_page_uses_exists():
         else:
             missing.append(name)
     assert dotted and missing == []
+
+
+REPLACEABLE = ("_forward", "evaluate", "clip_gradients", "load_adapter", "save_adapter", "adapter_state_dict")
+"""Methods a runner might be tempted to replace on an instance; seams (a strategy, a subclass) do that job."""
+
+
+def _replaces_a_method(node: ast.AST) -> bool:
+    """True for ``X.<method in REPLACEABLE> = ...``, a ``setattr(...)`` call, or a mention of ``MethodType``."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(t, ast.Attribute) and t.attr in REPLACEABLE for t in targets)
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id == "setattr"
+    return (isinstance(node, ast.Attribute) and node.attr == "MethodType") or \
+        (isinstance(node, ast.Name) and node.id == "MethodType")
+
+
+def method_replacements(path: Path) -> list[str]:
+    """``line: code`` of each place in the file that could replace a method at run time, in line order."""
+    nodes = [n for n in ast.walk(ast.parse(path.read_text(), filename=str(path))) if _replaces_a_method(n)]
+    return [f"{n.lineno}: {ast.unparse(n)[:80]}" for n in sorted(nodes, key=lambda n: (n.lineno, n.col_offset))]
+
+
+@pytest.mark.parametrize("package", ["algos", "runners"])
+def test_no_method_is_replaced_at_run_time(package):
+    offenders = {str(p.relative_to(ROOT)): method_replacements(p) for p in sorted((ROOT / package).rglob("*.py"))}
+    setattr_ok = {"runners/config.py", "runners/ray_runner.py"}  # config fields by name, not methods
+    offenders = {k: [h for h in v if not (k in setattr_ok and "setattr(" in h)] for k, v in offenders.items()}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_method_replacement_scan_finds_each_form(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import types\np.load_adapter = types.MethodType(f, p)\na.clip_gradients = g\n"
+                      "setattr(p, 'evaluate', h)\nx.lr = 1\n")
+    assert [h.split(":")[0] for h in method_replacements(source)] == ["2", "2", "3", "4"]
