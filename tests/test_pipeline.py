@@ -20,7 +20,7 @@ RL_STEPS = 12
 @pytest.mark.slow
 @pytest.mark.xfail(strict=False, reason=(
     "known defect: GRPO does not yet reliably lift the tiny SFT model; the best recipe measured "
-    "gained +3 mazes in one deterministic trajectory (23 -> 26 of 64) and other recipes stayed flat or collapsed. "
+    "gained +3 mazes on one seed on one machine (23 -> 26 of 64) and other recipes stayed flat or collapsed. "
     "The assertions stay real so an XPASS/XFAIL shows in every CI report."))
 def test_sft_then_grpo_raises_solve_rate(tmp_path):
     import torch
