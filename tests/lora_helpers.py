@@ -10,3 +10,10 @@ def perturb_lora(policy, seed: int, scale: float = 0.5) -> None:
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def tiny_lora_policy(model_path):
+    """A LoRA (rank 4) policy on the tiny text LM at ``model_path``, in float32, as the sync tests use."""
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+
+    return LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=4, alpha=8), dtype=torch.float32)

@@ -13,7 +13,7 @@ from runners.generation.hf import HFGenerator
 from runners.rollout import RolloutConfig, collect_groups
 from runners.sync import AdapterSync
 from runners.tiny import build_tiny_text_lm
-from lora_helpers import perturb_lora
+from lora_helpers import perturb_lora, tiny_lora_policy
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +23,7 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def policy(model_path):
-    from algos.policies.lm import LoRAConfig, LoRALMPolicy
-
-    return LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=4, alpha=8), dtype=torch.float32)
+    return tiny_lora_policy(model_path)
 
 
 

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 import mazegym.evalsets as evalsets
+from lora_helpers import perturb_lora, tiny_lora_policy
 from runners.sync import LATEST_FILE, AdapterSync, AdapterSyncError, version_dir_name
 from runners.tiny import build_tiny_text_lm
 
@@ -28,9 +29,7 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def policy(model_path):
-    from algos.policies.lm import LoRAConfig, LoRALMPolicy
-
-    return LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=4, alpha=8), dtype=torch.float32)
+    return tiny_lora_policy(model_path)
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +50,6 @@ class Versions:
         return cls.next - 1
 
 
-def _perturb(policy, seed: int) -> None:
-    """Give the adapter distinct, non-zero weights (LoRA B starts at zero)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-
-
 def _served(generator) -> dict[str, torch.Tensor]:
     """The LoRA tensors the generator samples with."""
     from peft import get_peft_model_state_dict
@@ -78,7 +68,7 @@ def _good_state(tmp_path, policy, generator) -> tuple[AdapterSync, int, Path]:
     """A sync dir whose latest adapter is good and loaded into the generator."""
     sync = AdapterSync(tmp_path / "sync", keep=3)
     version = Versions.take()
-    _perturb(policy, version)
+    perturb_lora(policy, version)
     path = sync.publish(policy, version)
     assert sync.pull(generator) == version
     return sync, version, path
@@ -121,7 +111,7 @@ def test_damaged_published_adapter_is_refused_and_the_next_publish_recovers(tmp_
     adapter exactly, and the next good publish is loaded normally."""
     sync, good, good_dir = _good_state(tmp_path, policy, generator)
     broken = Versions.take()
-    _perturb(policy, broken)
+    perturb_lora(policy, broken)
     broken_dir = sync.publish(policy, broken)
     corrupt, reason = VERSION_DIR_DAMAGE[damage]
     corrupt(broken_dir)
@@ -133,7 +123,7 @@ def test_damaged_published_adapter_is_refused_and_the_next_publish_recovers(tmp_
         sync.committed()
 
     recovered = Versions.take()
-    _perturb(policy, recovered)
+    perturb_lora(policy, recovered)
     path = sync.publish(policy, recovered)
     assert sync.pull(generator) == recovered
     _assert_serves(generator, path, recovered)
@@ -265,7 +255,7 @@ def test_full_disk_during_publish_keeps_the_previous_version(tmp_path, policy, g
     assert sync.pull(generator) == good
     _assert_serves(generator, good_dir, good)
 
-    _perturb(policy, new)
+    perturb_lora(policy, new)
     path = sync.publish(policy, new)
     assert sync.pull(generator) == new
     _assert_serves(generator, path, new)
