@@ -11,7 +11,11 @@ updated on its own rollouts of fresh VisMaze-v0 mazes. Greedy solve rate on VisM
 * ``dagger``  supervised BFS move at every visited state (an upper bound on any per-move signal);
 * ``best``    expert iteration: cross-entropy on each group's shortest successful play;
 * ``maxq``    cross-entropy on the best move known at each visited cell from the group's own
-  experience (steps to the goal over the transitions the group saw: a max-backup, no solver).
+  experience (steps to the goal over the transitions the group saw: a max-backup, no solver);
+* ``branch``  a group per state: from every open cell of each training maze (exploring starts) all
+  4 first moves are tried, each followed by the current greedy policy until the goal or the move
+  limit; the group-normalised discounted success of the 4 branches is each move's advantage
+  (GRPO's group, GiGPO's anchor state, VinePPO's branching; the env's reward only, no solver).
 
 ``--mazes`` sets how many different mazes feed each iteration: with one optimizer step per
 128 rows, few mazes per iteration means many steps on the same few mazes.
@@ -47,13 +51,20 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sft-print", type=int, default=100, help="print the greedy solve rate every this many SFT steps")
     p.add_argument("--sft-cells", choices=["path", "all"], default="path",
                    help="demonstrate the BFS move on the shortest path only, or at every open cell")
-    p.add_argument("--mode", choices=["gigpo", "shaping", "dagger", "best", "maxq"], default="gigpo")
+    p.add_argument("--mode", choices=["gigpo", "shaping", "dagger", "best", "maxq", "branch"], default="gigpo")
     p.add_argument("--episode-weight", type=float, default=1.0, help="gigpo: weight of the episode-level term")
     p.add_argument("--warmup", type=int, default=0, help="linear learning-rate warmup over this many optimizer steps")
     p.add_argument("--random-starts", action="store_true",
                    help="exploring starts: each play of a training maze starts from a random open cell (same goal)")
     p.add_argument("--epsilon", type=float, default=0.0,
                    help="maxq: take a uniformly random move with this probability (its labels need no on-policy data)")
+    p.add_argument("--branch-cells", choices=["all", "visited"], default="all",
+                   help="branch: anchor states are every open cell, or only the cells the group's plays visited")
+    p.add_argument("--branch-loss", choices=["pg", "ce", "ppo", "grpo"], default="ppo",
+                   help="branch: advantage-weighted log-likelihood of every move (pg), cross-entropy on the best "
+                   "branch (ce), the clipped surrogate of the expected advantage sum_k pi(k) A_k (ppo), or GRPO's clipped "
+                   "surrogate with each branch's group-normalised advantage (grpo)")
+    p.add_argument("--branch-limit", type=int, default=30, help="branch: moves a branch may take to reach the goal")
     p.add_argument("--epochs", type=int, default=1, help="passes over each iteration's rows")
     p.add_argument("--lr", type=float, default=3e-4, help="learning rate of the on-policy stage")
     p.add_argument("--keep-optimizer", action="store_true", help="continue SFT's AdamW state instead of a fresh one")
@@ -123,6 +134,50 @@ def main() -> None:
                 done[i] = pos[i] == specs[i].goal
         play.final = pos
         return done, trajs
+
+    @torch.no_grad()
+    def branch_rows(mazes, trajs):
+        """(spec, cell, move, 0.0, advantage) rows: each anchor cell's 4 moves, scored by greedy continuation."""
+        rows = []
+        for g, spec in enumerate(mazes):
+            if a.branch_cells == "all":
+                cells = [(int(r), int(c)) for r, c in np.argwhere(~spec.grid) if (int(r), int(c)) != spec.goal]
+            else:
+                cells = sorted({cell for tr in trajs[g * a.group : (g + 1) * a.group] for cell, _, _ in tr})
+            free = [(int(r), int(c)) for r, c in np.argwhere(~spec.grid) if (int(r), int(c)) != spec.goal]
+            free_logits = logits([spec] * len(free), free)
+            greedy = free_logits.argmax(-1).tolist()
+            old_logp = dict(zip(free, torch.log_softmax(free_logits / a.temperature, -1).tolist()))
+            step = {cell: moved(spec, cell, k) for cell, k in zip(free, greedy)}
+            togo = {spec.goal: 0}
+            for cell in free:  # moves the greedy policy needs from each cell (None: it never arrives)
+                path, here = [], cell
+                while here not in togo and here not in path and len(path) <= a.branch_limit:
+                    path.append(here)
+                    here = step[here]
+                n = togo.get(here)
+                for back, visited in enumerate(reversed(path), 1):
+                    togo[visited] = None if n is None else n + back
+            for cell in cells:
+                after = [togo.get(moved(spec, cell, k)) for k in range(4)]
+                ret = np.array([a.gamma ** n if n is not None and n + 1 <= a.branch_limit else 0.0 for n in after])
+                if ret.std() > 0 and a.branch_loss == "ce":
+                    if (ret == ret.max()).sum() == 1:
+                        rows.append((spec, cell, int(ret.argmax()), 0.0, 1.0))
+                elif ret.std() > 0 and a.branch_loss == "grpo":
+                    adv = (ret - ret.mean()) / ret.std()
+                    lp = old_logp.get(cell) or logits([spec], [cell]).log_softmax(-1)[0].tolist()
+                    rows.extend((spec, cell, k, lp[k], float(adv[k])) for k in range(4) if adv[k] != 0)
+                elif ret.std() > 0 and a.branch_loss == "ppo":
+                    # Each branch weighted by the policy's probability of it (times 4, the group size):
+                    # the enumerated group's estimate of the on-policy gradient of E_pi[A].
+                    adv = (ret - ret.mean()) / ret.std()
+                    lp = old_logp.get(cell) or logits([spec], [cell]).log_softmax(-1)[0].tolist()
+                    rows.extend((spec, cell, k, lp[k], 4 * float(np.exp(lp[k]) * adv[k])) for k in range(4) if adv[k] != 0)
+                elif ret.std() > 0:
+                    adv = (ret - ret.mean()) / ret.std()
+                    rows.extend((spec, cell, k, 0.0, float(adv[k])) for k in range(4) if adv[k] != 0)
+        return rows
 
     optimizer = torch.optim.AdamW(params, lr=a.sft_lr, weight_decay=0.0)
     demos = MazeStream(size=9, seed=1, max_optimal_moves=20)
@@ -208,7 +263,9 @@ def main() -> None:
                 for (cell, k), (nxt, lp) in edges.items():
                     if cell in togo and nxt in togo and togo[nxt] + 1 == togo[cell]:
                         rows.append((specs[g * a.group], cell, k, lp, 1.0))
-        for i, tr in enumerate(trajs if a.mode != "maxq" else []):
+        if a.mode == "branch":
+            rows = branch_rows(mazes, trajs)
+        for i, tr in enumerate(trajs if a.mode not in ("maxq", "branch") else []):
             for t, (cell, k, lp) in enumerate(tr):
                 if a.mode == "gigpo":
                     group = anchors[(i // a.group, cell)]
@@ -234,7 +291,7 @@ def main() -> None:
             batch = [rows[j] for j in order[start : start + size]]
             weight = torch.tensor([weights[j] for j in order[start : start + size]], dtype=torch.float32)
             lg = logits([r[0] for r in batch], [r[1] for r in batch])
-            if a.mode in ("best", "maxq"):
+            if a.mode in ("best", "maxq") or (a.mode == "branch" and a.branch_loss == "ce"):
                 labels = torch.tensor([r[2] for r in batch])
                 loss = torch.nn.functional.cross_entropy(lg, labels)
             elif a.mode == "dagger":
@@ -242,9 +299,12 @@ def main() -> None:
                 loss = (weight * torch.nn.functional.cross_entropy(lg, labels, reduction="none")).mean()
             else:
                 logp = torch.log_softmax(lg / a.temperature, -1)[torch.arange(len(batch)), torch.tensor([r[2] for r in batch])]
-                ratio = torch.exp(logp - torch.tensor([r[3] for r in batch]))
                 adv = torch.tensor([r[4] for r in batch], dtype=torch.float32)
-                loss = -(weight * torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)).mean()
+                if a.mode == "branch" and a.branch_loss == "pg":  # every branch scored, none sampled: no ratio
+                    loss = -(weight * adv * logp).mean()
+                else:
+                    ratio = torch.exp(logp - torch.tensor([r[3] for r in batch]))
+                    loss = -(weight * torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)).mean()
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -547,6 +547,14 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         RolloutConfig(**dataclasses.asdict(config.rollout))
     except ValueError as exc:
         raise ConfigError(f"rollout: {exc}") from None
+    if config.rollout.branching:
+        algo_config = algos.make_config(config.algo.name, **config.algo.params)
+        if algo_config.old_logprobs != "recompute":
+            raise ConfigError("rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
+                              "log-probs; set algo.old_logprobs=recompute")
+        if algos.get(config.algo.name).needs_value_head:
+            raise ConfigError(f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
+                              "needs a critic over whole plays: use a group-relative algorithm (grpo, dr_grpo, rloo, dapo)")
     from mazegym.envs.vismaze import VisMazeEnv
 
     try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run

@@ -23,8 +23,10 @@ import numpy as np
 
 from algos.data import Episode, Turn
 from mazegym.envs.vismaze import VisMazeEnv
-from mazegym.llm import build_messages, invalid_action_feedback, parse_action, system_prompt, user_message
+from mazegym.llm import (build_messages, format_action, invalid_action_feedback, parse_action, system_prompt,
+                         user_message)
 from mazegym.maze import MazeSpec
+from mazegym.solver import MOVES
 from runners.generation.base import Generator, Prompt, SamplingConfig
 from runners.generation.prompts import ChatEncoder
 
@@ -55,6 +57,12 @@ class RolloutConfig:
     """Episodes end only with an explicit stop action (VisGym's rule)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra VisMazeEnv keyword arguments (e.g. cell_px, shaping)."""
+    branching: bool = False
+    """Train on branches instead of plays (:func:`collect_branches`): every open cell of each training maze is an anchor state (exploring starts), each of the 4 moves is tried there once and followed by the current greedy policy; the 4 branches form one group. Needs history "none" and the trainer's own old log-probs (algo.old_logprobs=recompute)."""
+    branch_gamma: float = 0.9
+    """Branching: a branch that reaches the goal in n moves is worth branch_gamma ** (n - 1) (shorter is better); one that does not, 0."""
+    branch_reward: str = "best"
+    """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal, else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -65,6 +73,13 @@ class RolloutConfig:
             raise ValueError(f"obs_mode must be 'text', 'image' or 'both', got {self.obs_mode!r}")
         if self.max_moves < 1:
             raise ValueError(f"max_moves must be >= 1, got {self.max_moves}")
+        if self.branching and (self.history != "none" or self.require_stop):
+            raise ValueError("branching needs history='none' and require_stop=False: a branch's state is the "
+                             f"agent's cell alone (got history={self.history!r}, require_stop={self.require_stop})")
+        if self.branch_reward not in ("best", "value"):
+            raise ValueError(f"branch_reward must be 'best' or 'value', got {self.branch_reward!r}")
+        if not 0.0 < self.branch_gamma <= 1.0:
+            raise ValueError(f"branch_gamma must be in (0, 1], got {self.branch_gamma}")
 
     def sampling(self, seed: int | None) -> SamplingConfig:
         """The generator sampling settings for one turn."""
@@ -219,6 +234,108 @@ def play_episodes(
     return [p.episode for p in plays]
 
 
+def _neighbour(maze: MazeSpec, cell: tuple[int, int], action: int) -> tuple[int, int]:
+    """The cell a move leads to (the same cell when a wall blocks it, as the env does)."""
+    r, c = cell[0] + MOVES[action][0], cell[1] + MOVES[action][1]
+    return cell if maze.grid[r, c] else (r, c)
+
+
+def greedy_moves_to_goal(maze: MazeSpec, greedy: dict[tuple[int, int], int | None], limit: int) -> dict[tuple[int, int], int | None]:
+    """Moves the greedy policy needs from every cell to the goal (None: it loops or exceeds ``limit``).
+
+    ``greedy`` maps each open cell to the policy's greedy action there (None: an unparseable reply,
+    which spends a move in place). The policy is a function of the cell alone (history "none"), so
+    following it from every cell at once is one walk over the functional graph it defines.
+    """
+    togo: dict[tuple[int, int], int | None] = {maze.goal: 0}
+    for cell in greedy:
+        path: list[tuple[int, int]] = []
+        here: tuple[int, int] | None = cell
+        while here not in togo and here not in path and len(path) <= limit:
+            path.append(here)
+            action = greedy.get(here)
+            here = here if action is None else _neighbour(maze, here, action)
+        arrived = togo.get(here) if here in togo else None
+        for back, visited in enumerate(reversed(path), 1):
+            togo[visited] = None if arrived is None or arrived + back > limit else arrived + back
+    return togo
+
+
+def collect_branches(
+    generator: Generator,
+    mazes: Sequence[MazeSpec],
+    config: RolloutConfig,
+    encoder: ChatEncoder | None = None,
+    weights_version: int | None = None,
+    seed: int = 0,
+    group_offset: int = 0,
+) -> list[Episode]:
+    """Exploring-start branches: a group of 4 one-turn episodes per open cell of each maze.
+
+    One batched greedy call asks the policy for its move at every open cell (exploring starts:
+    the cells its own plays would never reach are asked too); following those moves from every
+    cell gives the greedy policy's moves to the goal from anywhere. Then, at each anchor cell,
+    each of the 4 moves is a branch: its turn is the cell's prompt and the canonical reply for
+    the move, and its reward is ``branch_gamma ** (n - 1)`` when the move followed by the greedy
+    policy reaches the goal in n <= ``max_moves`` moves, else 0. A group-normalised advantage
+    over the 4 branches is the step-level credit of GiGPO's anchor states without waiting for
+    plays to meet at a state, and VinePPO's Monte-Carlo branching with a greedy continuation.
+    With ``branch_reward="best"`` the reward is 1 for the group's most valuable branches instead
+    (when any reaches the goal): the four branches are enumerated, not sampled from the policy, so
+    an advantage proportional to the values would push up second-best moves (a wall bump that
+    wastes one move) nearly as hard as the best one, which measurably lowered the solve rate.
+    Only the environment's moves and goal are used; no solver. Group ids are
+    ``(group_offset + i) * size**2 + row * size + col`` (unique per run, like :func:`collect_groups`'s).
+    Branch turns carry no sampling log-probs (none was sampled): the trainer recomputes them.
+    """
+    encoder = encoder if encoder is not None else generator.encoder  # type: ignore[attr-defined]
+    version = generator.adapter_version if weights_version is None else int(weights_version)
+    eos = encoder.tokenizer.eos_token_id
+    replies = [encoder.tokenize_text(format_action(k)) + ([] if eos is None else [int(eos)]) for k in range(4)]
+    anchors: list[tuple[int, tuple[int, int]]] = []
+    prompts: list[Prompt] = []
+    for i, maze in enumerate(mazes):
+        system = system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop)
+        for r, c in np.argwhere(~maze.grid):
+            cell = (int(r), int(c))
+            if cell == maze.goal:
+                continue
+            env = VisMazeEnv(size=maze.size, max_moves=config.max_moves, obs_mode=config.obs_mode, **config.env_kwargs)
+            obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
+            ids, images = encoder.encode(build_messages(system, [], user_message(obs, info, obs_mode=config.obs_mode), "none"))
+            env.close()
+            anchors.append((i, cell))
+            prompts.append(Prompt(prompt_ids=ids, images=[np.array(im, copy=True) for im in images]))
+    t0 = time.perf_counter()
+    greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
+    results = generator.generate(prompts, greedy_config) if prompts else []
+    if len(results) != len(prompts):
+        raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
+    greedy: list[dict[tuple[int, int], int | None]] = [{} for _ in mazes]
+    for (i, cell), result in zip(anchors, results):
+        parsed = parse_action(result.text if isinstance(result.text, str) else None)
+        greedy[i][cell] = parsed.action if parsed.valid and parsed.action < 4 else None
+    togo = [greedy_moves_to_goal(maze, greedy[i], config.max_moves) for i, maze in enumerate(mazes)]
+    episodes = []
+    for (i, cell), prompt in zip(anchors, prompts):
+        maze = mazes[i]
+        rests = [togo[i].get(_neighbour(maze, cell, k)) for k in range(4)]
+        moves = [None if rest is None or rest + 1 > config.max_moves else rest + 1 for rest in rests]
+        values = [0.0 if n is None else float(config.branch_gamma ** (n - 1)) for n in moves]
+        best = max(values)
+        for k in range(4):
+            reward = values[k] if config.branch_reward == "value" else float(best > 0 and values[k] == best)
+            turn = Turn(prompt_ids=prompt.prompt_ids, response_ids=list(replies[k]), reward=reward, action=k,
+                        images=list(prompt.images), text=format_action(k), state=f"{cell[0]},{cell[1]}")
+            episodes.append(Episode(
+                turns=[turn], group_id=(group_offset + i) * maze.size ** 2 + cell[0] * maze.size + cell[1],
+                maze_id=maze.maze_id, success=moves[k] is not None, weights_version=version,
+                optimal_moves=0, info={"seed": seed, "size": maze.size, "finish_reasons": ["branch"],
+                                       "greedy_solves_start": togo[i].get(maze.start) is not None,
+                                       "rollout_seconds": time.perf_counter() - t0}))
+    return episodes
+
+
 def collect_groups(
     generator: Generator,
     mazes: Sequence[MazeSpec],
@@ -230,8 +347,11 @@ def collect_groups(
 ) -> list[Episode]:
     """G sampled rollouts of each maze (group ``group_offset + i`` = maze ``i``), all batched together.
 
-    ``weights_version`` defaults to the generator's current adapter version.
+    ``weights_version`` defaults to the generator's current adapter version. With
+    ``config.branching`` the groups are :func:`collect_branches`'s instead.
     """
+    if config.branching:
+        return collect_branches(generator, mazes, config, encoder, weights_version, seed, group_offset)
     return play_episodes(generator, mazes, config, config.group_size, encoder, weights_version, seed, group_offset)
 
 
@@ -262,4 +382,6 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "prompt_tokens": float(np.mean([len(t.prompt_ids) for t in turns])) if turns else 0.0,
         "truncated_replies": float(np.mean([r == "length" for r in reasons])) if reasons else 0.0,
         "episodes": float(len(episodes)),
+        **({"greedy_start_success": float(np.mean([e.info["greedy_solves_start"] for e in episodes]))}
+           if all("greedy_solves_start" in e.info for e in episodes) else {}),
     }

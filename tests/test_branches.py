@@ -1,0 +1,121 @@
+"""Exploring-start branches (runners.rollout.collect_branches): greedy walks, rewards, groups."""
+
+import numpy as np
+import pytest
+
+import torch
+
+from algos.advantages import grpo_advantages
+from mazegym.maze import MazeSpec
+from mazegym.solver import MOVES, bfs_distances
+from runners.rollout import RolloutConfig, collect_branches, collect_groups, greedy_moves_to_goal, rollout_metrics
+from tests.test_rollout import ScriptedGenerator, _mazes, _oracle_reply
+
+RIGHT, UP, LEFT, DOWN = 0, 1, 2, 3
+
+
+def corridor() -> MazeSpec:
+    """A 5x5 maze whose only open cells are the corridor (1,1)-(1,2)-(1,3), goal at (1,3)."""
+    grid = np.ones((5, 5), dtype=bool)
+    grid[1, 1:4] = False
+    return MazeSpec(grid, (1, 1), (1, 3))
+
+
+def test_greedy_walk_counts_moves_and_finds_loops_and_limits():
+    maze = corridor()
+    assert greedy_moves_to_goal(maze, {(1, 1): RIGHT, (1, 2): RIGHT}, limit=10) == {(1, 3): 0, (1, 2): 1, (1, 1): 2}
+    # A two-cell loop never arrives; an unparseable reply (None) spends its move in place.
+    looping = greedy_moves_to_goal(maze, {(1, 1): RIGHT, (1, 2): LEFT}, limit=10)
+    assert looping[(1, 1)] is None and looping[(1, 2)] is None
+    assert greedy_moves_to_goal(maze, {(1, 1): None, (1, 2): RIGHT}, limit=10)[(1, 1)] is None
+    # Bumping into a wall stays in the cell, which is a loop too.
+    assert greedy_moves_to_goal(maze, {(1, 1): UP, (1, 2): RIGHT}, limit=10)[(1, 1)] is None
+    # Arriving in more moves than the limit counts as not arriving.
+    assert greedy_moves_to_goal(maze, {(1, 1): RIGHT, (1, 2): RIGHT}, limit=1) == {(1, 3): 0, (1, 2): 1, (1, 1): None}
+
+
+def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances():
+    mazes = _mazes(2, size=7)
+    gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
+    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
+                           branch_reward="value")
+    episodes = collect_branches(gen, mazes, config, weights_version=3, group_offset=5)
+    assert gen.calls == [sum(int((~m.grid).sum()) - 1 for m in mazes)]  # one batched greedy call, every anchor
+    assert len(episodes) == 4 * gen.calls[0]
+    groups: dict[int, list] = {}
+    for e in episodes:
+        groups.setdefault(e.group_id, []).append(e)
+    assert len(groups) == gen.calls[0] and all(len(g) == 4 for g in groups.values())
+    for i, maze in enumerate(mazes):
+        dist = bfs_distances(maze.grid, maze.goal)
+        for e in (e for e in episodes if e.maze_id == maze.maze_id):
+            (turn,) = e.turns
+            cell = tuple(int(x) for x in turn.state.split(","))
+            assert e.group_id == (5 + i) * 49 + cell[0] * 7 + cell[1]
+            r, c = cell[0] + MOVES[turn.action][0], cell[1] + MOVES[turn.action][1]
+            after = cell if maze.grid[r, c] else (r, c)
+            # The move, then the oracle's dist(after) moves: gamma ** (moves - 1) = gamma ** dist(after).
+            assert turn.reward == pytest.approx(0.5 ** dist[after]) and e.success
+            assert turn.logprobs == [] and turn.prompt_ids and e.weights_version == 3
+            assert gen.tokenizer.decode(turn.response_ids).startswith(f"<action>{['right', 'up', 'left', 'down'][turn.action]}</action>")
+    # The best branch of every group is a shortest-path move.
+    for group in groups.values():
+        best = max(group, key=lambda e: e.turns[0].reward)
+        maze = next(m for m in mazes if m.maze_id == best.maze_id)
+        dist = bfs_distances(maze.grid, maze.goal)
+        cell = tuple(int(x) for x in best.turns[0].state.split(","))
+        r, c = cell[0] + MOVES[best.turns[0].action][0], cell[1] + MOVES[best.turns[0].action][1]
+        assert dist[r, c] == dist[cell] - 1
+    assert rollout_metrics(episodes)["greedy_start_success"] == 1.0
+
+
+def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
+    maze = _mazes(1, size=9, seed=3)[0]
+    gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
+    config = RolloutConfig(branching=True, history="none", max_moves=3, max_new_tokens=32)
+    episodes = collect_groups(gen, [maze], config)  # collect_groups dispatches on config.branching
+    dist = bfs_distances(maze.grid, maze.goal)
+    for e in episodes:
+        cell = tuple(int(x) for x in e.turns[0].state.split(","))
+        if dist[cell] > 3:
+            assert not e.success and e.turns[0].reward == 0.0
+    returns = torch.tensor([e.episode_return for e in episodes])
+    adv = grpo_advantages(returns, torch.tensor([e.group_id for e in episodes]))
+    for gid in {e.group_id for e in episodes}:
+        members = [j for j, e in enumerate(episodes) if e.group_id == gid]
+        assert abs(adv[members].sum()) < 1e-6
+
+
+def test_branching_refuses_history_and_stop_actions():
+    with pytest.raises(ValueError, match="history"):
+        RolloutConfig(branching=True, history="full")
+    with pytest.raises(ValueError, match="require_stop"):
+        RolloutConfig(branching=True, history="none", require_stop=True)
+    with pytest.raises(ValueError, match="branch_gamma"):
+        RolloutConfig(branching=True, history="none", branch_gamma=0.0)
+
+
+def test_malformed_greedy_replies_are_loops_not_crashes():
+    maze = _mazes(1, size=7)[0]
+    gen = ScriptedGenerator(lambda i, call, p: ("\udcff no move here", "stop"))
+    episodes = collect_branches(gen, [maze], RolloutConfig(branching=True, history="none", max_moves=20))
+    # Only the moves into the goal succeed: every other branch continues with a policy that never moves.
+    assert {e.success for e in episodes} == {True, False}
+    assert all(e.turns[0].reward in (0.0, 1.0) for e in episodes)
+
+
+def test_best_reward_marks_exactly_the_most_valuable_branches():
+    mazes = _mazes(2, size=7, seed=4)
+    gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
+    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32)
+    assert config.branch_reward == "best"
+    episodes = collect_branches(gen, mazes, config)
+    for gid in {e.group_id for e in episodes}:
+        group = [e for e in episodes if e.group_id == gid]
+        maze = next(m for m in mazes if m.maze_id == group[0].maze_id)
+        dist = bfs_distances(maze.grid, maze.goal)
+        cell = tuple(int(x) for x in group[0].turns[0].state.split(","))
+        for e in group:
+            r, c = cell[0] + MOVES[e.turns[0].action][0], cell[1] + MOVES[e.turns[0].action][1]
+            after = cell if maze.grid[r, c] else (r, c)
+            assert e.turns[0].reward == float(dist[after] == dist[cell] - 1)
