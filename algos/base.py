@@ -35,6 +35,8 @@ class AlgorithmConfig:
     """Passes over each batch of experience (>1 reuses samples; the clip keeps it safe)."""
     minibatch_size: int = 0
     """Turns (rows) per optimizer step; 0 = the whole batch in one step."""
+    minibatch_groups: bool = False
+    """Cut minibatches from whole groups in shuffled group order (each holds at least minibatch_size turns, the last may hold fewer), so the turns of a group share an optimizer step: where they share tokens (the enumerated replies of branching rollouts share all but the move), their opposite advantages cancel on those tokens instead of pushing them up and down in different steps."""
     micro_batch_size: int = 0
     """Turns per forward/backward inside a minibatch (gradient accumulation); 0 = minibatch."""
     clip_eps_low: float = 0.2
@@ -245,7 +247,7 @@ class Algorithm:
             episodes = [ep for ep, k in zip(episodes, keep.tolist()) if k]
         metrics["kept_episode_frac"] = len(episodes) / max(len(returns), 1)
 
-        turns, _ = episode_turns(episodes)
+        turns, owner = episode_turns(episodes)
         turns_idx = [i for i, t in enumerate(turns) if t.response_ids]
         if not turns_idx:
             return self._skipped(metrics)
@@ -269,9 +271,13 @@ class Algorithm:
         index = torch.tensor(turns_idx)
         mb_size = c.minibatch_size or len(index)
         for _ in range(c.epochs):
-            order = index[torch.randperm(len(index), generator=self.generator)]
-            for start in range(0, len(order), mb_size):
-                step_metrics = self._optimizer_step(turns, batch, order[start : start + mb_size], max_len)
+            if c.minibatch_groups:
+                minibatches = self._group_minibatches(index, [episodes[int(owner[i])].group_id for i in turns_idx], mb_size)
+            else:
+                order = index[torch.randperm(len(index), generator=self.generator)]
+                minibatches = [order[start : start + mb_size] for start in range(0, len(order), mb_size)]
+            for rows in minibatches:
+                step_metrics = self._optimizer_step(turns, batch, rows, max_len)
                 for k, v in step_metrics.items():
                     sums[k] += v
                 steps += 1
@@ -283,6 +289,20 @@ class Algorithm:
         metrics.update(num_turns=float(len(turns_idx)), num_tokens=float(batch["mask"].sum().item()),
                        optimizer_steps=float(steps), lr=self.scheduler.get_last_lr()[0], skipped=0.0)
         return metrics
+
+    def _group_minibatches(self, index: torch.Tensor, group_of_row: list[int], size: int) -> list[torch.Tensor]:
+        """Rows of ``index`` in shuffled group order, cut at group boundaries once a minibatch holds ``size`` rows."""
+        groups: dict[int, list[int]] = defaultdict(list)
+        for row, gid in zip(index.tolist(), group_of_row):
+            groups[gid].append(row)
+        members = list(groups.values())
+        minibatches, current = [], []
+        for rows in (members[j] for j in torch.randperm(len(members), generator=self.generator).tolist()):
+            current += rows
+            if len(current) >= size:
+                minibatches.append(torch.tensor(current))
+                current = []
+        return minibatches + ([torch.tensor(current)] if current else [])
 
     def _optimizer_step(self, turns: list[Turn], batch: dict[str, torch.Tensor], rows: torch.Tensor, max_len: int) -> dict[str, float]:
         """Gradient accumulation over micro-batches of ``rows``, then one clipped step."""

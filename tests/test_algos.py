@@ -246,3 +246,20 @@ def test_episode_mean_weights_episodes_not_turns(episode_mean, expected):
     metrics = algo.update([episode(1, 1.0), episode(4, 0.0)])
     # ratio == 1: pg_loss = -mean(advantage) over the 5 turns; advantages are +-1/sqrt(2) (std of two returns)
     assert metrics["pg_loss"] == pytest.approx(expected / math.sqrt(2), abs=1e-5)
+
+
+def test_group_minibatches_keep_every_group_in_one_optimizer_step():
+    policy = MazeNetPolicy(GRID)
+    episodes = make_episodes(policy, num_groups=7, group_size=4, turns=2, seed=2)  # 8 turns per group
+    algo = algos.make("grpo", policy, lr=1e-3, minibatch_size=12, minibatch_groups=True)
+    turns, owner = algos.base.episode_turns(episodes)
+    index = torch.arange(len(turns))
+    minibatches = algo._group_minibatches(index, [episodes[int(o)].group_id for o in owner], 12)
+    # 7 groups of 8 turns, cut once a minibatch holds >= 12 turns: [16, 16, 16, 8].
+    assert [len(mb) for mb in minibatches] == [16, 16, 16, 8]
+    assert sorted(torch.cat(minibatches).tolist()) == index.tolist()
+    for mb in minibatches:
+        gids = {episodes[int(owner[i])].group_id for i in mb.tolist()}
+        assert sum(len(e.turns) for e in episodes if e.group_id in gids) == len(mb)
+    metrics = algo.update(episodes)
+    assert metrics["optimizer_steps"] == 4
