@@ -214,18 +214,19 @@ class Algorithm:
         batch: dict[str, torch.Tensor] = {"mask": response_mask(turns, length)}
         rollout = rollout_logprobs(turns, length)
         need_forward = c.old_logprobs == "recompute" or self.policy.has_value_head
+        # The batch stays on the CPU (the policy may run on a GPU); each micro-batch moves its rows to the policy's device.
         if need_forward:
             outs = [self.policy.evaluate(chunk) for chunk in self._chunks(turns)]
-            recomputed = _cat_padded([o.logprobs for o in outs], length)
+            recomputed = _cat_padded([o.logprobs.detach().cpu() for o in outs], length)
             if self.policy.has_value_head:
-                batch["old_values"] = torch.cat([o.values for o in outs]).float()
+                batch["old_values"] = torch.cat([o.values.detach().cpu() for o in outs]).float()
         batch["old_logprobs"] = recomputed if c.old_logprobs == "recompute" else rollout
         has_rollout = torch.tensor([len(t.logprobs) > 0 for t in turns])[:, None] * batch["mask"]
         if need_forward and has_rollout.sum() > 0:
             diff = (recomputed - rollout).abs()
             batch["rollout_logprob_diff"] = losses.masked_mean(diff, has_rollout)
         if c.kl_coef > 0:
-            refs = [self.policy.evaluate(chunk, reference=True).logprobs for chunk in self._chunks(turns)]
+            refs = [self.policy.evaluate(chunk, reference=True).logprobs.cpu() for chunk in self._chunks(turns)]
             batch["ref_logprobs"] = _cat_padded(refs, length)
         return batch
 
@@ -318,7 +319,7 @@ class Algorithm:
             sub = rows[start : start + micro]
             totals = {"tokens": tokens, "seqs": seqs, "max_len": max_len}
             out = self.policy.evaluate([turns[i] for i in sub.tolist()])
-            sub_batch = {k: v[sub] for k, v in batch.items() if k != "mask"}
+            sub_batch = {k: v[sub].to(out.logprobs.device) for k, v in batch.items() if k != "mask"}
             loss, m = self.compute_loss(out, sub_batch, totals)
             loss.backward()
             total_loss += loss.item()

