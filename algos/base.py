@@ -35,6 +35,8 @@ class AlgorithmConfig:
     """Passes over each batch of experience (>1 reuses samples; the clip keeps it safe)."""
     minibatch_size: int = 0
     """Turns (rows) per optimizer step; 0 = the whole batch in one step."""
+    negative_weight: float = 1.0
+    """Scale of negative advantages (1 = the algorithm's own estimator; 0 = learn only from better-than-average replies, like rejection-sampling fine-tuning; between, W-REINFORCE's weighting of negative samples, Zhu et al. 2025)."""
     minibatch_groups: bool = False
     """Cut minibatches from whole groups in shuffled group order (each holds at least minibatch_size turns, the last may hold fewer), so the turns of a group share an optimizer step: where they share tokens (the enumerated replies of branching rollouts share all but the move), their opposite advantages cancel on those tokens instead of pushing them up and down in different steps."""
     micro_batch_size: int = 0
@@ -140,6 +142,8 @@ class Algorithm:
         """
         if c.loss_agg not in losses.AGG_MODES:
             raise ValueError(f"loss_agg={c.loss_agg!r}; choose one of {losses.AGG_MODES}")
+        if not 0.0 <= c.negative_weight <= 1.0:
+            raise ValueError(f"negative_weight={c.negative_weight}; choose a value in [0, 1]")
         if c.old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs={c.old_logprobs!r}; choose 'recompute' or 'rollout'")
         if c.epochs < 1 or c.minibatch_size < 0 or c.micro_batch_size < 0:
@@ -256,6 +260,8 @@ class Algorithm:
         advantages, value_targets = self.compute_advantages(episodes, batch.get("old_values"))
         if c.episode_mean:
             advantages = advantages * adv_lib.episode_weights(episodes).to(advantages.dtype)
+        if c.negative_weight != 1.0:
+            advantages = torch.where(advantages < 0, advantages * c.negative_weight, advantages)
         batch["advantages"] = advantages.float()
         if value_targets is not None:
             batch["returns"] = value_targets.float()

@@ -263,3 +263,18 @@ def test_group_minibatches_keep_every_group_in_one_optimizer_step():
         assert sum(len(e.turns) for e in episodes if e.group_id in gids) == len(mb)
     metrics = algo.update(episodes)
     assert metrics["optimizer_steps"] == 4
+
+
+def test_negative_weight_scales_only_negative_advantages():
+    policy = MazeNetPolicy(GRID)
+    episodes = make_episodes(policy, num_groups=2, group_size=4, turns=1, seed=5)
+    for i, e in enumerate(episodes):  # returns 1,0,0,0 in each group: advantages +1.5, -0.5 x 3
+        e.turns[-1].reward = float(i % 4 == 0)
+    seen = {}
+    for weight in (1.0, 0.0):
+        metrics = algos.make("grpo", policy, lr=1e-6, negative_weight=weight).update(episodes)
+        seen[weight] = metrics["adv_abs_mean"]
+    # |A| mean: (1.5 + 3 * 0.5) / 4 = 0.75 with weight 1; 1.5 / 4 = 0.375 with weight 0.
+    assert seen[1.0] == pytest.approx(0.75, abs=1e-4) and seen[0.0] == pytest.approx(0.375, abs=1e-4)
+    with pytest.raises(ValueError, match="negative_weight"):
+        algos.make("grpo", policy, negative_weight=2.0)
