@@ -20,9 +20,10 @@ updated on its own rollouts of fresh VisMaze-v0 mazes. Greedy solve rate on VisM
 ``--mazes`` sets how many different mazes feed each iteration: with one optimizer step per
 128 rows, few mazes per iteration means many steps on the same few mazes.
 
-Example (about 5 minutes on one core)::
+Examples (about 5 minutes on one core)::
 
     python benchmarks/recurrent_rl_probe.py --sft-steps 100 --mode dagger --lr 1e-3 --keep-optimizer
+    python benchmarks/recurrent_rl_probe.py --sft-steps 100 --mode branch --lr 1e-3 --mazes 32 --minibatch 128
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def parse_args() -> argparse.Namespace:
                    help="maxq: take a uniformly random move with this probability (its labels need no on-policy data)")
     p.add_argument("--branch-cells", choices=["all", "visited"], default="all",
                    help="branch: anchor states are every open cell, or only the cells the group's plays visited")
-    p.add_argument("--branch-loss", choices=["pg", "ce", "ppo", "grpo"], default="ppo",
+    p.add_argument("--branch-loss", choices=["pg", "ce", "ppo", "grpo"], default="ce",
                    help="branch: advantage-weighted log-likelihood of every move (pg), cross-entropy on the best "
                    "branch (ce), the clipped surrogate of the expected advantage sum_k pi(k) A_k (ppo), or GRPO's clipped "
                    "surrogate with each branch's group-normalised advantage (grpo)")
