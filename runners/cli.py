@@ -1,6 +1,6 @@
 """The ``mazegym`` command line: sft, train, eval, play, export.
 
-Configuration is layered: a preset (``--preset``, default ``cpu-tiny``), then config files
+Configuration is layered: a preset (``--preset``, default ``cpu-maze-vlm``), then config files
 (``--config a.yaml --config b.json``), then ``key=value`` overrides (``rollout.group_size=8``).
 Every key and value is checked before any work starts. ``mazegym train --help`` lists every
 key with its current value and help text.
@@ -19,21 +19,21 @@ from typing import Callable
 DESCRIPTION = """\
 mazegym: train LLM / VLM agents to solve mazes with SFT then RL (GRPO by default).
 
-The main job, on CPU with a tiny local model (no downloads, no GPU):
+The main job, on CPU with a tiny VLM built from code (no downloads, no GPU):
 
     mazegym train                      # SFT (if no SFT checkpoint yet) -> GRPO -> before/after table
 
 Typical commands:
 
-    mazegym train --preset cpu-tiny-vlm                       # the visual row: tiny VLM on maze images
-    mazegym train rollout.group_size=8 algo.lr=1e-4 loop.steps=100
+    mazegym train --preset cpu-tiny                           # the text row: tiny LM on ASCII mazes
+    mazegym train loop.mazes_per_step=32 algo.lr=1e-4 loop.steps=100
     mazegym train --config my.yaml --resume none              # config file, fresh start
     mazegym train --preset qwen3-vl-8b-lora32 --dry-run       # validate the 6-GPU recipe, print the plan
     mazegym sft sft.steps=500                                 # only the supervised stage
-    mazegym eval --run-dir runs/cpu-tiny                      # evaluate the latest checkpoint
+    mazegym eval --run-dir runs/cpu-maze-vlm                  # evaluate the latest checkpoint
     mazegym play --size 9                                     # play a maze yourself in the terminal
-    mazegym export --run-dir runs/cpu-tiny --merged           # adapter (+ merged model) for vLLM / transformers
-    mazegym report runs/cpu-tiny                              # one HTML page: curves, solved mazes, replays
+    mazegym export --run-dir runs/cpu-maze-vlm --merged       # adapter (+ merged model) for vLLM / transformers
+    mazegym report runs/cpu-maze-vlm                          # one HTML page: curves, solved mazes, replays
     mazegym presets                                           # list presets
 
 Overrides are KEY=VALUE with dotted keys; `mazegym train --help` lists them all.
@@ -44,7 +44,7 @@ COMMON_EPILOG = "Config keys (KEY=VALUE overrides; values shown for preset {pres
 
 # --------------------------------------------------------------------------- config assembly
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default=None, help="named preset to start from (default: cpu-tiny; see `mazegym presets`)")
+    parser.add_argument("--preset", default=None, help="named preset to start from (default: cpu-maze-vlm; see `mazegym presets`)")
     parser.add_argument("--config", action="append", default=[], metavar="FILE",
                         help="YAML or JSON config file, nested like the keys below (repeatable; applied in order)")
     parser.add_argument("--run-dir", default=None, help="run directory (same as run_dir=...)")
@@ -444,7 +444,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                                    "solved/failed thumbnails before and after RL, GIF replays of the trained agent "
                                    "from the per-maze eval records, the config, commands, versions and timings.",
                        formatter_class=fmt)
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-tiny)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-maze-vlm)")
     p.add_argument("--out", default=None, help="where to write the HTML (default RUN_DIR/report.html)")
     p.add_argument("--replays", type=int, default=3, help="GIF replays per outcome, solved and failed (default 3)")
     p.set_defaults(func=cmd_report)

@@ -554,7 +554,8 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
                               "log-probs; set algo.old_logprobs=recompute")
         if algos.get(config.algo.name).needs_value_head:
             raise ConfigError(f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
-                              "needs a critic over whole plays: use a group-relative algorithm (grpo, dr_grpo, rloo, dapo)")
+                              "trains a critic over whole plays: set rollout.branching=false for it, or use a group-relative "
+                              "algorithm (grpo, dr_grpo, rloo, dapo)")
     from mazegym.envs.vismaze import VisMazeEnv
 
     try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run

@@ -116,7 +116,7 @@ def load_run(run_dir: str | Path) -> RunData:
     markers = ("config.json", "metrics.jsonl", "eval_results.json", RUN_INFO)
     if not any((run_dir / m).is_file() for m in markers) and not list((run_dir / "eval").glob("step_*.json")):
         raise ValueError(f"{run_dir} holds no mazegym run (none of {', '.join(markers)} or eval/step_*.json); "
-                         f"pass the run dir a `mazegym train` wrote (e.g. runs/cpu-tiny)")
+                         f"pass the run dir a `mazegym train` wrote (e.g. runs/cpu-maze-vlm)")
     data = RunData(run_dir)
     data.config = _read_json(run_dir / "config.json", data)
     data.results = _read_json(run_dir / "eval_results.json", data)

@@ -23,7 +23,7 @@ def test_entry_point_help_teaches_the_tool():
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "runners.cli"]
     out = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
-    for word in SUBCOMMANDS + ["mazegym train", "--dry-run", "rollout.group_size=8", "KEY=VALUE"]:
+    for word in SUBCOMMANDS + ["mazegym train", "--dry-run", "loop.mazes_per_step=32", "KEY=VALUE"]:
         assert word in out.stdout
 
 

@@ -76,9 +76,22 @@ def test_validation_errors_say_what_to_fix(override, message):
 @pytest.mark.parametrize("runner", ["local", "ray"])
 def test_ppo_is_accepted_on_the_language_model_presets(preset, runner):
     # the LM policies get a value head for ppo (algos.policies.lm.ValueHead), so nothing refuses it
-    cfg = C.apply_overrides(get_preset(preset), ["algo.name=ppo", "algo.vf_clip=0.2", f"runner.kind={runner}"])
+    ppo = ["algo.name=ppo", "algo.vf_clip=0.2", f"runner.kind={runner}"]
+    if get_preset(preset).rollout.branching:  # a critic needs whole plays, not branches: the error says so
+        with pytest.raises(C.ConfigError, match="rollout.branching=false"):
+            C.validate(C.apply_overrides(get_preset(preset), ppo))
+        ppo.append("rollout.branching=false")
+    cfg = C.apply_overrides(get_preset(preset), ppo)
     C.validate(cfg)
     assert cfg.algo.name == "ppo" and cfg.algo.params["vf_clip"] == 0.2
+
+
+def test_branching_needs_recomputed_old_logprobs():
+    cfg = C.apply_overrides(get_preset("cpu-maze-vlm"), ["algo.old_logprobs=rollout"])
+    with pytest.raises(C.ConfigError, match="algo.old_logprobs=recompute"):
+        C.validate(cfg)
+    with pytest.raises(C.ConfigError, match="history"):
+        C.validate(C.apply_overrides(get_preset("cpu-maze-vlm"), ["rollout.history=full"]))
 
 
 def test_missing_model_path_fails_with_instructions(tmp_path):
