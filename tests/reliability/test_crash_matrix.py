@@ -31,7 +31,7 @@ SFT_STEPS = 250
 
 def train_args(run_dir: Path, sft_model: Path) -> list[str]:
     """``mazegym train`` arguments of every run here: 3 small steps, a checkpoint per step, shaped rewards (real updates)."""
-    return ["train", "--run-dir", str(run_dir), f"sft.checkpoint={sft_model}", f"loop.steps={STEPS}",
+    return ["train", "--preset", "cpu-tiny", "--run-dir", str(run_dir), f"sft.checkpoint={sft_model}", f"loop.steps={STEPS}",
             "loop.mazes_per_step=2", "rollout.group_size=4", 'rollout.env_kwargs={"shaping": true}',
             "algo.filter_zero_variance=false", "algo.lr=1e-3", "checkpoint.every=1", "checkpoint.keep=3",
             "eval.every=0", "eval.before_rl=false", "logging.progress=false", "loop.num_threads=1"]
