@@ -99,3 +99,10 @@ def test_credit_assignment_example_shows_gigpo_separating_good_from_bad_moves(tm
 
 def test_train_tiny_lm_help_only(tmp_path):
     run_example("10_train_tiny_lm.py", "--help", cwd=tmp_path)
+
+
+def test_lm_rl_step_runs_every_phase(tmp_path):
+    out = run_example("11_lm_rl_step.py", "--smoke", "--out", str(tmp_path), cwd=tmp_path)
+    assert numbers(r"step (\d+): \d+ branches", out) == [1.0, 2.0]  # collect -> update -> publish/load, twice
+    assert len(numbers(r"solve rate ([0-9.]+)", out)) == 3  # before, and after each step
+    assert_image(tmp_path / "lm_rl_step.png")
