@@ -12,8 +12,7 @@ def test_algorithms_page_matches_the_registry():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     page = (ROOT / "docs" / "algorithms.md").read_text()
-    import algos
-
-    for name in algos.available():
+    # the built-in algorithms (other tests register more in this process, so not algos.available())
+    for name in ("grpo", "ppo", "rloo", "dr_grpo", "dapo", "gigpo"):
         assert f"## `{name}`" in page
     assert "| `negative_weight` |" in page and "| `vf_coef` |" in page  # shared and PPO-only fields
