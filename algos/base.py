@@ -39,6 +39,8 @@ class AlgorithmConfig:
     """Scale of negative advantages (1 = the algorithm's own estimator; 0 = learn only from better-than-average replies, like rejection-sampling fine-tuning; between, W-REINFORCE's weighting of negative samples, Zhu et al. 2025)."""
     minibatch_groups: bool = False
     """Cut minibatches from whole groups in shuffled group order (each holds at least minibatch_size turns, the last may hold fewer), so the turns of a group share an optimizer step: where they share tokens (the enumerated replies of branching rollouts share all but the move), their opposite advantages cancel on those tokens instead of pushing them up and down in different steps."""
+    skip_zero_advantage: bool = False
+    """Train only on turns whose advantage (after ``episode_mean`` and ``negative_weight``) is non-zero: the others carry no policy gradient, so skipping them before scoring saves their forward and backward passes (with ``negative_weight=0``, most of a branching batch). Minibatches then hold ``minibatch_size`` contributing turns. Needs a loss with no KL, entropy or value term."""
     micro_batch_size: int = 0
     """Turns per forward/backward inside a minibatch (gradient accumulation); 0 = minibatch."""
     clip_eps_low: float = 0.2
@@ -154,6 +156,9 @@ class Algorithm:
             raise ValueError(f"turn_baseline={c.turn_baseline!r}; choose 'episode' or 'turn_index'")
         if c.lr <= 0:
             raise ValueError(f"lr must be positive, got {c.lr}")
+        if c.skip_zero_advantage and (cls.needs_value_head or c.kl_coef > 0 or c.entropy_coef != 0):
+            raise ValueError("skip_zero_advantage drops turns that a KL, entropy or value term would still train on; "
+                             "set skip_zero_advantage=false or kl_coef=0, entropy_coef=0 and a critic-free algorithm")
 
     def param_groups(self, params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
         """The optimizer's parameter groups (default: one, at ``lr``); PPO gives the critic its own rate."""
@@ -256,12 +261,19 @@ class Algorithm:
         turns_idx = [i for i, t in enumerate(turns) if t.response_ids]
         if not turns_idx:
             return self._skipped(metrics)
-        batch = self.score_batch(turns)
-        advantages, value_targets = self.compute_advantages(episodes, batch.get("old_values"))
-        if c.episode_mean:
-            advantages = advantages * adv_lib.episode_weights(episodes).to(advantages.dtype)
-        if c.negative_weight != 1.0:
-            advantages = torch.where(advantages < 0, advantages * c.negative_weight, advantages)
+        if c.skip_zero_advantage:
+            # The advantages need no critic here (check_config), so they come before the scoring pass.
+            advantages, value_targets = self._weighted_advantages(episodes, None)
+            turns_idx = [i for i in turns_idx if advantages[i] != 0]
+            metrics["trained_turn_frac"] = len(turns_idx) / len(turns)
+            if not turns_idx:
+                return self._skipped(metrics)
+            turns, owner, advantages = [turns[i] for i in turns_idx], owner[turns_idx], advantages[turns_idx]
+            turns_idx = list(range(len(turns)))
+            batch = self.score_batch(turns)
+        else:
+            batch = self.score_batch(turns)
+            advantages, value_targets = self._weighted_advantages(episodes, batch.get("old_values"))
         batch["advantages"] = advantages.float()
         if value_targets is not None:
             batch["returns"] = value_targets.float()
@@ -296,6 +308,16 @@ class Algorithm:
         metrics.update(num_turns=float(len(turns_idx)), num_tokens=float(batch["mask"].sum().item()),
                        optimizer_steps=float(steps), lr=self.scheduler.get_last_lr()[0], skipped=0.0)
         return metrics
+
+    def _weighted_advantages(self, episodes: list[Episode], values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The algorithm's per-turn advantages with ``episode_mean`` and ``negative_weight`` applied, and its value targets."""
+        c = self.config
+        advantages, value_targets = self.compute_advantages(episodes, values)
+        if c.episode_mean:
+            advantages = advantages * adv_lib.episode_weights(episodes).to(advantages.dtype)
+        if c.negative_weight != 1.0:
+            advantages = torch.where(advantages < 0, advantages * c.negative_weight, advantages)
+        return advantages, value_targets
 
     def _group_minibatches(self, index: torch.Tensor, group_of_row: list[int], size: int) -> list[torch.Tensor]:
         """Rows of ``index`` in shuffled group order, cut at group boundaries once a minibatch holds ``size`` rows."""

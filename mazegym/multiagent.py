@@ -19,7 +19,7 @@ from pettingzoo import ParallelEnv
 from mazegym.maze import DEFAULT_GENERATOR, MazeSpec, check_size, sample_maze
 from mazegym.spaces import MapText
 from mazegym.render import OTHER_AGENT_RGB, TEXT_CHARSET, ascii_bytes, draw_agent, render_background, text_length
-from mazegym.solver import MOVES, bfs_distances
+from mazegym.solver import bfs_distances, next_cell
 
 
 class VisMazeRace(ParallelEnv):
@@ -98,11 +98,9 @@ class VisMazeRace(ParallelEnv):
         self.moves += 1
         bumped = {}
         for agent in self.agents:
-            r, c = self.positions[agent]
-            dr, dc = MOVES[int(actions[agent])]
-            bumped[agent] = bool(self.maze.grid[r + dr, c + dc])
-            if not bumped[agent]:
-                self.positions[agent] = (r + dr, c + dc)
+            here = self.positions[agent]
+            self.positions[agent] = next_cell(self.maze.grid, here, int(actions[agent]))
+            bumped[agent] = self.positions[agent] == here
         winners = {a for a in self.agents if self.positions[a] == self.maze.goal}
         over = bool(winners)
         out_of_moves = not over and self.moves >= self.max_moves

@@ -48,6 +48,12 @@ def bfs_distances(grid: np.ndarray, target: tuple[int, int]) -> np.ndarray:
     return np.asarray(dist, dtype=np.int32).reshape(grid.shape)
 
 
+def next_cell(grid: np.ndarray, cell: tuple[int, int], action: int) -> tuple[int, int]:
+    """The cell a move (0-3) leads to: the neighbour, or ``cell`` itself when a wall blocks it (the env's rule)."""
+    r, c = cell[0] + MOVES[action][0], cell[1] + MOVES[action][1]
+    return cell if grid[r, c] else (r, c)
+
+
 def progress_labels(maze: "MazeSpec", cells: list[tuple[int, int]], actions: list[int | None]) -> list[bool]:
     """For each (cell, action): does the move bring the agent strictly closer to the goal?
 

@@ -26,7 +26,7 @@ from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.llm import (build_messages, format_action, invalid_action_feedback, parse_action, system_prompt,
                          user_message)
 from mazegym.maze import MazeSpec
-from mazegym.solver import MOVES
+from mazegym.solver import next_cell
 from runners.generation.base import Generator, Prompt, SamplingConfig
 from runners.generation.prompts import ChatEncoder
 
@@ -234,12 +234,6 @@ def play_episodes(
     return [p.episode for p in plays]
 
 
-def _neighbour(maze: MazeSpec, cell: tuple[int, int], action: int) -> tuple[int, int]:
-    """The cell a move leads to (the same cell when a wall blocks it, as the env does)."""
-    r, c = cell[0] + MOVES[action][0], cell[1] + MOVES[action][1]
-    return cell if maze.grid[r, c] else (r, c)
-
-
 def greedy_moves_to_goal(maze: MazeSpec, greedy: dict[tuple[int, int], int | None], limit: int) -> dict[tuple[int, int], int | None]:
     """Moves the greedy policy needs from every cell to the goal (None: it loops or exceeds ``limit``).
 
@@ -254,7 +248,7 @@ def greedy_moves_to_goal(maze: MazeSpec, greedy: dict[tuple[int, int], int | Non
         while here not in togo and here not in path and len(path) <= limit:
             path.append(here)
             action = greedy.get(here)
-            here = here if action is None else _neighbour(maze, here, action)
+            here = here if action is None else next_cell(maze.grid, here, action)
         arrived = togo.get(here) if here in togo else None
         for back, visited in enumerate(reversed(path), 1):
             togo[visited] = None if arrived is None or arrived + back > limit else arrived + back
@@ -294,19 +288,19 @@ def collect_branches(
     replies = [encoder.tokenize_text(format_action(k)) + ([] if eos is None else [int(eos)]) for k in range(4)]
     anchors: list[tuple[int, tuple[int, int]]] = []
     prompts: list[Prompt] = []
+    t0 = time.perf_counter()
     for i, maze in enumerate(mazes):
         system = system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop)
+        env = VisMazeEnv(size=maze.size, max_moves=config.max_moves, obs_mode=config.obs_mode, **config.env_kwargs)
         for r, c in np.argwhere(~maze.grid):
             cell = (int(r), int(c))
             if cell == maze.goal:
                 continue
-            env = VisMazeEnv(size=maze.size, max_moves=config.max_moves, obs_mode=config.obs_mode, **config.env_kwargs)
             obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
             ids, images = encoder.encode(build_messages(system, [], user_message(obs, info, obs_mode=config.obs_mode), "none"))
-            env.close()
             anchors.append((i, cell))
             prompts.append(Prompt(prompt_ids=ids, images=[np.array(im, copy=True) for im in images]))
-    t0 = time.perf_counter()
+        env.close()
     greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     results = generator.generate(prompts, greedy_config) if prompts else []
     if len(results) != len(prompts):
@@ -316,10 +310,11 @@ def collect_branches(
         parsed = parse_action(result.text if isinstance(result.text, str) else None)
         greedy[i][cell] = parsed.action if parsed.valid and parsed.action < 4 else None
     togo = [greedy_moves_to_goal(maze, greedy[i], config.max_moves) for i, maze in enumerate(mazes)]
+    elapsed = time.perf_counter() - t0
     episodes = []
     for (i, cell), prompt in zip(anchors, prompts):
         maze = mazes[i]
-        rests = [togo[i].get(_neighbour(maze, cell, k)) for k in range(4)]
+        rests = [togo[i].get(next_cell(maze.grid, cell, k)) for k in range(4)]
         moves = [None if rest is None or rest + 1 > config.max_moves else rest + 1 for rest in rests]
         values = [0.0 if n is None else float(config.branch_gamma ** (n - 1)) for n in moves]
         best = max(values)
@@ -332,7 +327,7 @@ def collect_branches(
                 maze_id=maze.maze_id, success=moves[k] is not None, weights_version=version,
                 optimal_moves=0, info={"seed": seed, "size": maze.size, "finish_reasons": ["branch"],
                                        "greedy_solves_start": togo[i].get(maze.start) is not None,
-                                       "rollout_seconds": time.perf_counter() - t0}))
+                                       "rollout_seconds": elapsed}))
     return episodes
 
 

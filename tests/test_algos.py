@@ -278,3 +278,28 @@ def test_negative_weight_scales_only_negative_advantages():
     assert seen[1.0] == pytest.approx(0.75, abs=1e-4) and seen[0.0] == pytest.approx(0.375, abs=1e-4)
     with pytest.raises(ValueError, match="negative_weight"):
         algos.make("grpo", policy, negative_weight=2.0)
+
+
+def test_skip_zero_advantage_trains_only_contributing_turns_with_the_same_first_step():
+    # Returns 1,0,0,0 per group and negative_weight=0: only the first turn of each group contributes.
+    # The skipped turns add nothing to the gradient but the normaliser, and Adam's first step is
+    # invariant to that scale, so both settings must land on the same parameters.
+    deltas = {}
+    for skip in (False, True):
+        policy = MazeNetPolicy(GRID)
+        torch.manual_seed(0)
+        for p in policy.trainable_parameters():
+            torch.nn.init.normal_(p, std=0.1)
+        before = torch.cat([p.detach().flatten() for p in policy.trainable_parameters()])
+        episodes = make_episodes(policy, num_groups=2, group_size=4, turns=1, seed=5)
+        for i, e in enumerate(episodes):
+            e.turns[-1].reward = float(i % 4 == 0)
+        metrics = algos.make("grpo", policy, lr=1e-2, negative_weight=0.0, max_grad_norm=0.0,
+                             skip_zero_advantage=skip).update(episodes)
+        assert metrics["num_turns"] == (2 if skip else 8)
+        deltas[skip] = torch.cat([p.detach().flatten() for p in policy.trainable_parameters()]) - before
+    # Equal up to Adam's epsilon, which matters only for near-zero gradients.
+    assert torch.nn.functional.cosine_similarity(deltas[False], deltas[True], dim=0) > 0.999
+    assert deltas[True].abs().max() > 1e-3
+    with pytest.raises(ValueError, match="skip_zero_advantage"):
+        algos.make("grpo", MazeNetPolicy(GRID), skip_zero_advantage=True, kl_coef=0.1)

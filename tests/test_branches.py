@@ -7,7 +7,7 @@ import torch
 
 from algos.advantages import grpo_advantages
 from mazegym.maze import MazeSpec
-from mazegym.solver import MOVES, bfs_distances
+from mazegym.solver import MOVES, bfs_distances, next_cell
 from runners.rollout import RolloutConfig, collect_branches, collect_groups, greedy_moves_to_goal, rollout_metrics
 from tests.test_rollout import ScriptedGenerator, _mazes, _oracle_reply
 
@@ -19,6 +19,13 @@ def corridor() -> MazeSpec:
     grid = np.ones((5, 5), dtype=bool)
     grid[1, 1:4] = False
     return MazeSpec(grid, (1, 1), (1, 3))
+
+
+def test_next_cell_moves_into_open_cells_and_stays_at_walls():
+    grid = corridor().grid
+    assert next_cell(grid, (1, 1), RIGHT) == (1, 2) and next_cell(grid, (1, 2), LEFT) == (1, 1)
+    assert next_cell(grid, (1, 1), UP) == (1, 1) and next_cell(grid, (1, 1), LEFT) == (1, 1)
+    assert next_cell(grid, (1, 3), DOWN) == (1, 3)
 
 
 def test_greedy_walk_counts_moves_and_finds_loops_and_limits():
