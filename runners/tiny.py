@@ -254,22 +254,27 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) 
 
     def write(tmp: Path) -> None:
         from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-        try:  # transformers >= 5: the PIL backend works without torchvision
-            from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil as Processor
-        except ImportError:
-            from transformers import Qwen2VLImageProcessor as Processor
 
         _write_model(tmp, lambda: Qwen2VLForConditionalGeneration(Qwen2VLConfig(**config)), seed, tokenizer, token_ids)
-        processor = Processor(min_pixels=IMAGE_MIN_PIXELS, max_pixels=IMAGE_MAX_PIXELS)
-        processor.save_pretrained(tmp)
-        # Write the class name every backend knows (the PIL variant is picked at load time
-        # when torchvision is missing), and the legacy min/max pixel keys vLLM reads.
-        path = tmp / "preprocessor_config.json"
-        cfg = json.loads(path.read_text())
-        cfg.update(image_processor_type="Qwen2VLImageProcessor", min_pixels=IMAGE_MIN_PIXELS, max_pixels=IMAGE_MAX_PIXELS)
-        path.write_text(json.dumps(cfg, indent=2))
+        _write_qwen_image_processor(tmp, IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS)
 
     return _save_atomically(out_dir, write, "vlm", digest)
+
+
+def _write_qwen_image_processor(out_dir: Path, min_pixels: int, max_pixels: int, **kwargs: Any) -> None:
+    """Save a Qwen2-VL image processor (``kwargs``: patch/merge sizes, normalisation) in the layout every backend reads."""
+    try:  # transformers >= 5: the PIL backend works without torchvision
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil as Processor
+    except ImportError:
+        from transformers import Qwen2VLImageProcessor as Processor
+
+    Processor(min_pixels=min_pixels, max_pixels=max_pixels, **kwargs).save_pretrained(out_dir)
+    # Write the class name every backend knows (the PIL variant is picked at load time
+    # when torchvision is missing), and the legacy min/max pixel keys vLLM reads.
+    path = out_dir / "preprocessor_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(image_processor_type="Qwen2VLImageProcessor", min_pixels=min_pixels, max_pixels=max_pixels)
+    path.write_text(json.dumps(cfg, indent=2))
 
 
 QWEN3_VL_IMAGE_MAX_PIXELS = 224 * 224
@@ -306,20 +311,10 @@ def build_tiny_qwen3_vl(out_dir: str | os.PathLike, seed: int = 0, **overrides: 
 
     def write(tmp: Path) -> None:
         from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-        try:  # transformers >= 5: the PIL backend works without torchvision
-            from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil as Processor
-        except ImportError:
-            from transformers import Qwen2VLImageProcessor as Processor
 
         _write_model(tmp, lambda: Qwen3VLForConditionalGeneration(Qwen3VLConfig(**config)), seed, tokenizer, token_ids)
-        min_pixels = 32 * 32 * 4
-        processor = Processor(min_pixels=min_pixels, max_pixels=QWEN3_VL_IMAGE_MAX_PIXELS, patch_size=16, merge_size=2,
-                              temporal_patch_size=2, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
-        processor.save_pretrained(tmp)
-        path = tmp / "preprocessor_config.json"
-        cfg = json.loads(path.read_text())
-        cfg.update(image_processor_type="Qwen2VLImageProcessor", min_pixels=min_pixels, max_pixels=QWEN3_VL_IMAGE_MAX_PIXELS)
-        path.write_text(json.dumps(cfg, indent=2))
+        _write_qwen_image_processor(tmp, 32 * 32 * 4, QWEN3_VL_IMAGE_MAX_PIXELS, patch_size=16, merge_size=2,
+                                    temporal_patch_size=2, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
 
     return _save_atomically(out_dir, write, "qwen3_vl", digest)
 
