@@ -38,7 +38,8 @@ import torch
 from algos.models.maze_vlm import MazeVLMImageProcessor, RecurrentConvEncoder
 from mazegym.evalsets import MazeStream, load_eval_set
 from mazegym.render import render_frame
-from mazegym.solver import MOVES, bfs_distances
+from mazegym.solver import bfs_distances, next_cell
+from runners.rollout import greedy_moves_to_goal
 
 
 def parse_args() -> argparse.Namespace:
@@ -102,8 +103,7 @@ def main() -> None:
         return distances[spec.maze_id]
 
     def moved(spec, cell, k):
-        r, c = cell[0] + MOVES[k][0], cell[1] + MOVES[k][1]
-        return cell if spec.grid[r, c] else (r, c)
+        return next_cell(spec.grid, cell, k)
 
     def best_move(spec, cell):
         d = dist(spec)
@@ -149,16 +149,7 @@ def main() -> None:
             free_logits = logits([spec] * len(free), free)
             greedy = free_logits.argmax(-1).tolist()
             old_logp = dict(zip(free, torch.log_softmax(free_logits / a.temperature, -1).tolist()))
-            step = {cell: moved(spec, cell, k) for cell, k in zip(free, greedy)}
-            togo = {spec.goal: 0}
-            for cell in free:  # moves the greedy policy needs from each cell (None: it never arrives)
-                path, here = [], cell
-                while here not in togo and here not in path and len(path) <= a.branch_limit:
-                    path.append(here)
-                    here = step[here]
-                n = togo.get(here)
-                for back, visited in enumerate(reversed(path), 1):
-                    togo[visited] = None if n is None else n + back
+            togo = greedy_moves_to_goal(spec, dict(zip(free, greedy)), a.branch_limit)
             for cell in cells:
                 after = [togo.get(moved(spec, cell, k)) for k in range(4)]
                 ret = np.array([a.gamma ** n if n is not None and n + 1 <= a.branch_limit else 0.0 for n in after])
@@ -167,13 +158,13 @@ def main() -> None:
                         rows.append((spec, cell, int(ret.argmax()), 0.0, 1.0))
                 elif ret.std() > 0 and a.branch_loss == "grpo":
                     adv = (ret - ret.mean()) / ret.std()
-                    lp = old_logp.get(cell) or logits([spec], [cell]).log_softmax(-1)[0].tolist()
+                    lp = old_logp[cell]
                     rows.extend((spec, cell, k, lp[k], float(adv[k])) for k in range(4) if adv[k] != 0)
                 elif ret.std() > 0 and a.branch_loss == "ppo":
                     # Each branch weighted by the policy's probability of it (times 4, the group size):
                     # the enumerated group's estimate of the on-policy gradient of E_pi[A].
                     adv = (ret - ret.mean()) / ret.std()
-                    lp = old_logp.get(cell) or logits([spec], [cell]).log_softmax(-1)[0].tolist()
+                    lp = old_logp[cell]
                     rows.extend((spec, cell, k, lp[k], 4 * float(np.exp(lp[k]) * adv[k])) for k in range(4) if adv[k] != 0)
                 elif ret.std() > 0:
                     adv = (ret - ret.mean()) / ret.std()
