@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from algos.lora import LoRAConfig
 from runners.rollout import RolloutConfig
 
 
@@ -60,22 +61,6 @@ class ModelConfig:
     """Weights dtype for training and HF generation: float32, bfloat16 or float16."""
     device: str = "cpu"
     """Torch device of the local runner ("cpu" or "cuda")."""
-
-
-@dataclass
-class LoraSettings:
-    """The LoRA adapter that RL (and LoRA-mode SFT) trains."""
-
-    rank: int = 16
-    """Adapter rank r."""
-    alpha: int = 32
-    """Scaling numerator: the update is alpha / rank * B @ A."""
-    dropout: float = 0.0
-    """Dropout on the adapter input."""
-    target_modules: list[str] = field(default_factory=list)
-    """Module name suffixes to wrap (e.g. q_proj,v_proj); empty = every linear layer of the language model (never the vision tower)."""
-    modules_to_save: list[str] = field(default_factory=list)
-    """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM whose encoder must learn too. The vLLM backend cannot serve such adapters."""
 
 
 @dataclass
@@ -224,7 +209,7 @@ class TrainConfig:
     """Preset this config started from (informational; set by --preset)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """Model to train."""
-    lora: LoraSettings = field(default_factory=LoraSettings)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapter."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """How episodes are played and sampled (runners.rollout.RolloutConfig)."""

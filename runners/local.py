@@ -108,15 +108,6 @@ def rollout_config(config: TrainConfig) -> RolloutConfig:
     return dataclasses.replace(config.rollout, env_kwargs=env_kwargs(config))
 
 
-def lora_config(config: TrainConfig):
-    """The policy's LoRA settings from ``config.lora``."""
-    from algos.policies.lm import LoRAConfig
-
-    lo = config.lora
-    return LoRAConfig(rank=lo.rank, alpha=lo.alpha, dropout=lo.dropout, target_modules=list(lo.target_modules) or None,
-                      modules_to_save=list(lo.modules_to_save) or None)
-
-
 def build_generator(config: TrainConfig, model_dir: Path, adapter: Path | None = None, version: int = 0):
     """The sampler: HF transformers (default) or vLLM, optionally with an adapter loaded."""
     if config.loop.backend == "vllm":
@@ -140,7 +131,7 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
 
     # Score log-probs at the rollout temperature: the importance ratio compares like with like.
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
-    return LoRALMPolicy.from_pretrained(model_dir, lora=lora_config(config), dtype=_dtype(config.model.dtype),
+    return LoRALMPolicy.from_pretrained(model_dir, lora=config.lora, dtype=_dtype(config.model.dtype),
                                         device=config.model.device, adapter=adapter, micro_batch_size=256,
                                         temperature=temperature,
                                         value_head=algos.get(config.algo.name).needs_value_head)
@@ -229,7 +220,7 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
         auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
-        model = add_lora(auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device), lora_config(config))
+        model = add_lora(auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device), config.lora)
     t0 = time.perf_counter()
     vision_final: dict[str, float] = {}
     if config.sft.vision_steps > 0:

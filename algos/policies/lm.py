@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -32,6 +31,7 @@ from torch import nn
 
 import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
 from algos.data import Turn
+from algos.lora import LoRAConfig
 from algos.policy import PolicyOutput
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -41,24 +41,6 @@ VALUE_HEAD_MODULE = "value_head"
 
 VISION_MODULE_PATTERN = r".*(visual|vision_tower|vision_model|vision_encoder|image_encoder|multi_modal_projector).*"
 """Module names matching this regex belong to the vision side and never get LoRA."""
-
-
-@dataclass
-class LoRAConfig:
-    """LoRA adapter settings."""
-
-    rank: int = 32
-    """Adapter rank r."""
-    alpha: int = 64
-    """Scaling numerator: the update is ``alpha / rank * B @ A``."""
-    dropout: float = 0.0
-    """Dropout on the adapter input."""
-    target_modules: list[str] | None = None
-    """Module name suffixes to wrap (e.g. ["q_proj", "v_proj"]); None = every linear layer of the language model."""
-    exclude_vision: bool = True
-    """Never put LoRA on the vision tower (vLLM ignores it there)."""
-    modules_to_save: list[str] | None = None
-    """Modules trained in full and stored in the adapter (PEFT ``modules_to_save``), e.g. ["vision_tower"]."""
 
 
 class ValueHead(nn.Module):

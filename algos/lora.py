@@ -1,0 +1,23 @@
+"""The LoRA adapter settings: one torch-free type shared by the policy (``algos.policies.lm``) and the runners' config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoRAConfig:
+    """The LoRA adapter that RL (and LoRA-mode SFT) trains (defaults: the case study's rank 32)."""
+
+    rank: int = 32
+    """Adapter rank r."""
+    alpha: int = 64
+    """Scaling numerator: the update is alpha / rank * B @ A."""
+    dropout: float = 0.0
+    """Dropout on the adapter input."""
+    target_modules: list[str] = field(default_factory=list)
+    """Module name suffixes to wrap (e.g. q_proj,v_proj); empty = every linear layer of the language model."""
+    exclude_vision: bool = True
+    """Never put LoRA on the vision tower (vLLM ignores it there)."""
+    modules_to_save: list[str] = field(default_factory=list)
+    """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM whose encoder must learn too. The vLLM backend cannot serve such adapters."""
