@@ -97,8 +97,13 @@ def test_credit_assignment_example_shows_gigpo_separating_good_from_bad_moves(tm
     assert float(gigpo[3].rstrip("%")) > float(grpo[3].rstrip("%"))
 
 
-def test_train_tiny_lm_help_only(tmp_path):
-    run_example("10_train_tiny_lm.py", "--help", cwd=tmp_path)
+def test_train_from_python_runs_sft_rl_and_plots(tmp_path):
+    out = run_example("10_train_from_python.py", "--smoke", "--run-dir", str(tmp_path / "run"),
+                      "--out", str(tmp_path), cwd=tmp_path)
+    assert "SFT (before RL)" in out and "after RL" in out
+    assert re.search(r"solved at each evaluation: \[\d+(, \d+){2}\] \(steps \[0, 1, 2\]\)", out)
+    assert (tmp_path / "run" / "eval_results.json").is_file()
+    assert_image(tmp_path / "10_cpu-maze-vlm_curve.png")
 
 
 def test_lm_rl_step_runs_every_phase(tmp_path):
