@@ -61,6 +61,8 @@ class RolloutConfig:
     """Train on branches instead of plays (:func:`collect_branches`): every open cell of each training maze is an anchor state (exploring starts), each of the 4 moves is tried there once and followed by the current greedy policy; the 4 branches form one group. Needs history "none" and the trainer's own old log-probs (algo.old_logprobs=recompute)."""
     branch_gamma: float = 0.9
     """Branching: a branch that reaches the goal in n moves is worth branch_gamma ** (n - 1) (shorter is better); one that does not, 0."""
+    branch_worlds: int = 0
+    """Branching: besides the greedy continuation, this many continuation policies sampled from the policy (one move drawn per cell at the sampling temperature, kept for the whole walk); a branch's worth is its mean over them. 0 = greedy only. Sampled continuations reach the goal from cells where the greedy one loops, so more cells get a signal."""
     branch_reward: str = "best"
     """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal, else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0)."""
 
@@ -78,6 +80,8 @@ class RolloutConfig:
                              f"agent's cell alone (got history={self.history!r}, require_stop={self.require_stop})")
         if self.branch_reward not in ("best", "value"):
             raise ValueError(f"branch_reward must be 'best' or 'value', got {self.branch_reward!r}")
+        if self.branch_worlds < 0:
+            raise ValueError(f"branch_worlds must be >= 0, got {self.branch_worlds}")
         if not 0.0 < self.branch_gamma <= 1.0:
             raise ValueError(f"branch_gamma must be in (0, 1], got {self.branch_gamma}")
 
@@ -302,21 +306,27 @@ def collect_branches(
             prompts.append(Prompt(prompt_ids=ids, images=[np.array(im, copy=True) for im in images]))
         env.close()
     greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
-    results = generator.generate(prompts, greedy_config) if prompts else []
-    if len(results) != len(prompts):
-        raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
-    greedy: list[dict[tuple[int, int], int | None]] = [{} for _ in mazes]
-    for (i, cell), result in zip(anchors, results):
-        parsed = parse_action(result.text if isinstance(result.text, str) else None)
-        greedy[i][cell] = parsed.action if parsed.valid and parsed.action < 4 else None
-    togo = [greedy_moves_to_goal(maze, greedy[i], config.max_moves) for i, maze in enumerate(mazes)]
+    continuations = [greedy_config] + [config.sampling(seed * 7919 + w + 1) for w in range(config.branch_worlds)]
+    togo: list[list[dict[tuple[int, int], int | None]]] = []  # [continuation][maze] -> moves to the goal per cell
+    for sampling in continuations:
+        results = generator.generate(prompts, sampling) if prompts else []
+        if len(results) != len(prompts):
+            raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
+        moves_at: list[dict[tuple[int, int], int | None]] = [{} for _ in mazes]
+        for (i, cell), result in zip(anchors, results):
+            parsed = parse_action(result.text if isinstance(result.text, str) else None)
+            moves_at[i][cell] = parsed.action if parsed.valid and parsed.action < 4 else None
+        togo.append([greedy_moves_to_goal(maze, moves_at[i], config.max_moves) for i, maze in enumerate(mazes)])
     elapsed = time.perf_counter() - t0
     episodes = []
     for (i, cell), prompt in zip(anchors, prompts):
         maze = mazes[i]
-        rests = [togo[i].get(next_cell(maze.grid, cell, k)) for k in range(4)]
-        moves = [None if rest is None or rest + 1 > config.max_moves else rest + 1 for rest in rests]
-        values = [0.0 if n is None else float(config.branch_gamma ** (n - 1)) for n in moves]
+        values, moves = [], []
+        for k in range(4):
+            rests = [walks[i].get(next_cell(maze.grid, cell, k)) for walks in togo]
+            ns = [None if rest is None or rest + 1 > config.max_moves else rest + 1 for rest in rests]
+            values.append(float(np.mean([0.0 if n is None else config.branch_gamma ** (n - 1) for n in ns])))
+            moves.append(ns[0])  # the greedy continuation's
         best = max(values)
         for k in range(4):
             reward = values[k] if config.branch_reward == "value" else float(best > 0 and values[k] == best)
@@ -326,7 +336,7 @@ def collect_branches(
                 turns=[turn], group_id=(group_offset + i) * maze.size ** 2 + cell[0] * maze.size + cell[1],
                 maze_id=maze.maze_id, success=moves[k] is not None, weights_version=version,
                 optimal_moves=0, info={"seed": seed, "size": maze.size, "finish_reasons": ["branch"],
-                                       "greedy_solves_start": togo[i].get(maze.start) is not None,
+                                       "greedy_solves_start": togo[0][i].get(maze.start) is not None,
                                        "rollout_seconds": elapsed}))
     return episodes
 

@@ -126,3 +126,32 @@ def test_best_reward_marks_exactly_the_most_valuable_branches():
             r, c = cell[0] + MOVES[e.turns[0].action][0], cell[1] + MOVES[e.turns[0].action][1]
             after = cell if maze.grid[r, c] else (r, c)
             assert e.turns[0].reward == float(dist[after] == dist[cell] - 1)
+
+
+def test_sampled_continuations_average_into_the_branch_value():
+    mazes = _mazes(2, size=7, seed=1)
+    oracle = _oracle_reply(ScriptedGenerator(None).tokenizer)
+    # The greedy continuation never moves (call 0); the one sampled continuation is the oracle (call 1).
+
+    class RecordingGenerator(ScriptedGenerator):
+        def generate(self, prompts, sampling):
+            temperatures.append(sampling.temperature)
+            return super().generate(prompts, sampling)
+
+    temperatures = []
+    gen = RecordingGenerator(lambda i, call, p: ("no move", "stop") if call == 0 else oracle(i, call, p))
+    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
+                           branch_reward="value", branch_worlds=1, temperature=0.7)
+    episodes = collect_branches(gen, mazes, config)
+    anchors = sum(int((~m.grid).sum()) - 1 for m in mazes)
+    assert gen.calls == [anchors, anchors] and temperatures == [0.0, 0.7]
+    for e in episodes:
+        maze = next(m for m in mazes if m.maze_id == e.maze_id)
+        dist = bfs_distances(maze.grid, maze.goal)
+        cell = tuple(int(x) for x in e.turns[0].state.split(","))
+        after = next_cell(maze.grid, cell, e.turns[0].action)
+        greedy_value = 1.0 if after == maze.goal else 0.0
+        assert e.turns[0].reward == pytest.approx((greedy_value + 0.5 ** dist[after]) / 2)
+        assert e.success == (after == maze.goal)  # success is the greedy continuation's
+    with pytest.raises(ValueError, match="branch_worlds"):
+        RolloutConfig(branching=True, history="none", branch_worlds=-1)
