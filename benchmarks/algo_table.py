@@ -177,7 +177,7 @@ def sft_checkpoint(path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run SFT and every algorithm x seed, write and print the table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", default="cpu-tiny", help="mazegym preset (default cpu-tiny, the text row; cpu-maze-vlm needs rollout.branching=false in --extra for ppo)")
+    p.add_argument("--preset", default="cpu-tiny", help="mazegym preset (default cpu-tiny, the text row; cpu-maze-vlm needs rollout.branching=false algo.skip_zero_advantage=false in --extra for ppo)")
     p.add_argument("--algos", nargs="+", default=ALGOS, help=f"algorithms (default: {' '.join(ALGOS)})")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="loop.seed values (default 0 1 2)")
     p.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the preset's loop.steps)")

@@ -503,6 +503,11 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
     if config.algo.name not in algos.available():
         raise ConfigError(f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of {', '.join(algos.available())}")
+    if config.rollout.branching and algos.get(config.algo.name).needs_value_head:
+        also = " algo.skip_zero_advantage=false" if config.algo.params.get("skip_zero_advantage") else ""
+        raise ConfigError(f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
+                          f"trains a critic over whole plays: set rollout.branching=false{also} for it, or use a "
+                          "group-relative algorithm (grpo, dr_grpo, rloo, dapo)")
     try:
         algos.get(config.algo.name).check_config(algos.make_config(config.algo.name, **config.algo.params))
     except (TypeError, ValueError) as exc:
@@ -537,10 +542,6 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         if algo_config.old_logprobs != "recompute":
             raise ConfigError("rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
                               "log-probs; set algo.old_logprobs=recompute")
-        if algos.get(config.algo.name).needs_value_head:
-            raise ConfigError(f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
-                              "trains a critic over whole plays: set rollout.branching=false for it, or use a group-relative "
-                              "algorithm (grpo, dr_grpo, rloo, dapo)")
     from mazegym.envs.vismaze import VisMazeEnv
 
     try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run

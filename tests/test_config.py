@@ -78,9 +78,9 @@ def test_ppo_is_accepted_on_the_language_model_presets(preset, runner):
     # the LM policies get a value head for ppo (algos.policies.lm.ValueHead), so nothing refuses it
     ppo = ["algo.name=ppo", "algo.vf_clip=0.2", f"runner.kind={runner}"]
     if get_preset(preset).rollout.branching:  # a critic needs whole plays, not branches: the error says so
-        with pytest.raises(C.ConfigError, match="rollout.branching=false"):
+        with pytest.raises(C.ConfigError, match="set rollout.branching=false algo.skip_zero_advantage=false for it"):
             C.validate(C.apply_overrides(get_preset(preset), ppo))
-        ppo.append("rollout.branching=false")
+        ppo += ["rollout.branching=false", "algo.skip_zero_advantage=false"]
     cfg = C.apply_overrides(get_preset(preset), ppo)
     C.validate(cfg)
     assert cfg.algo.name == "ppo" and cfg.algo.params["vf_clip"] == 0.2
