@@ -1,21 +1,29 @@
 """The language-model interface: prompts in, actions out.
 
-* :func:`system_prompt` describes the task (VisGym maze_2d wording, adapted to our actions).
-* :func:`user_message` turns one observation into an OpenAI-style user message whose content
-  is a list of parts: ``{"type": "image", "image": <HxWx3 uint8 array>}`` (when the image is
-  observed) and ``{"type": "text", "text": ...}`` (ASCII map when observed, moves left,
-  environment feedback).
-* :func:`build_messages` assembles system prompt, history and the current turn, keeping the
-  full history, only the last ``k`` turns, or none.
-* :func:`parse_action` reads a model reply. It never raises and never evaluates code.
-* :func:`format_action` writes the canonical reply used by SFT demonstrations.
+* ``system_prompt(...)`` describes the task (VisGym maze_2d wording, adapted to our actions).
+* ``user_message(obs, info, obs_mode=..., feedback=...)`` turns one observation into an
+  OpenAI-style user message whose content is a list of parts:
+  ``{"type": "image", "image": <HxWx3 uint8 array>}`` (when the image is observed) and
+  ``{"type": "text", "text": ...}`` (ASCII map when observed, moves left, environment feedback).
+* ``build_messages(system, history, current, history_mode="full" | "last_k" | "none", k=...)``
+  assembles system prompt, history and the current turn, keeping the full history, only the
+  last ``k`` turns, or none.
+* ``parse_action(text, require_stop=False) -> ParsedAction(action, name, error)`` reads a
+  model reply. It never raises and never evaluates code.
+* ``format_action(action, style="tag" | "plain" | "visgym")`` writes the canonical reply used by
+  SFT demonstrations.
 
-Parsing rules (see :func:`parse_action`): only the last :data:`MAX_SCAN_CHARS` characters are
+Parsing rules (see :func:`parse_action`): the parser accepts ``up``, ``Action: left``,
+``<action>left</action>``, ``<answer>down</answer>``, ``('move', 1)``, ``('stop', 'stop')``,
+code fences and any case. Only the last :data:`MAX_SCAN_CHARS` (4,096) characters are
 scanned, which bounds the time on huge inputs (the answer is at the end of a reply). Within
 that window the most explicit format present wins, and inside it the *last* valid action:
 ``<action>..</action>`` / ``<answer>..</answer>`` tags, then VisGym tuples
 (``('move', 1)``, ``('stop', 'stop')``), then ``Action: <name>`` labels, then bare direction
 words. Matching ignores case, backticks and code fences.
+
+``mazegym.wrappers.TextActionWrapper`` steps an env with model text and turns unparseable replies
+into invalid turns (a move is used, the feedback explains the expected format).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """VisMazeRace: several agents race to the goal of the same maze (PettingZoo ``ParallelEnv``).
 
-All agents start on the start cell of one maze and move simultaneously (``Discrete(4)``:
-right, up, left, down; agents do not block each other). The race ends for everyone on the
-step where at least one agent reaches the goal: those agents get 1.0, the others 0.0, and
-all are ``terminated``. Without a winner, every agent is ``truncated`` after ``max_moves``.
-Each agent sees itself as the blue disc (``A`` in text) and its rivals as green discs
-(``B`` in text).
+``VisMazeRace(n_agents=2, size=9, max_moves=20, ...)``: all agents start on the start cell of one
+maze and move simultaneously (``Discrete(4)``: right, up, left, down; agents do not block each
+other). The race ends for everyone on the step where at least one agent reaches the goal: those
+agents get 1.0, the others 0.0, and all are ``terminated``. Without a winner, every agent is
+``truncated`` after ``max_moves``. Each agent sees itself as the blue disc (``A`` in text) and its
+rivals as green discs (``B`` in text). It passes ``pettingzoo.test.parallel_api_test``
+(``tests/test_multiagent.py``).
 """
 
 from __future__ import annotations

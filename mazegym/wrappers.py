@@ -1,15 +1,18 @@
 """Wrappers: text actions, single-modality observations, fixed maze/seed sets.
 
-Vector envs: ``gym.make_vec("VisMaze-v0", num_envs=N, vectorization_mode="sync"|"async")``
-works (tested). Gymnasium 1.x vector envs use ``AutoresetMode.NEXT_STEP``: after an episode
-ends, the *next* ``step()`` call resets that sub-env and ignores its action. The project's
-runners do not rely on autoreset at all: LLM runners drive one single env per episode and
-call ``reset(options={"maze": spec})`` explicitly (one maze per GRPO group); vectorised
-network-policy runners must skip the transition that follows a ``terminated | truncated``.
+## Vector Environments
 
-``AsyncVectorEnv`` with its default shared memory returns correct text maps: the env's text
-space is :class:`mazegym.spaces.MapText`, whose shared-memory reader fixes gymnasium 1.4.0's
-blank ``Text`` observations.
+``gymnasium.make_vec("VisMaze-v0", num_envs=N, vectorization_mode="sync" | "async")`` works
+(tested). Gymnasium 1.x vector envs auto-reset in ``AutoresetMode.NEXT_STEP`` mode: after an
+episode ends, the *next* ``step()`` call resets that sub-env and ignores its action. The project's
+runners do not rely on autoreset at all: LLM runners drive one single env per episode and call
+``reset(options={"maze": spec})`` explicitly (one maze per GRPO group); vectorised network-policy
+runners must skip the transition that follows a ``terminated | truncated``.
+
+``"async"`` (``AsyncVectorEnv``) works with its default shared memory for every ``obs_mode`` and
+returns correct text maps: the env's text space is :class:`mazegym.spaces.MapText`, whose
+shared-memory reader decodes the buffer at each step (gymnasium 1.4.0's own ``Text`` reader
+returned blank maps).
 """
 
 from __future__ import annotations

@@ -1,38 +1,114 @@
 """VisMaze: VisGym's maze_2d as a fast, seeded Gymnasium environment.
 
 ## Description
-The agent (a blue disc) must walk from its start cell to the red goal square of a maze drawn
-on a ``size`` x ``size`` grid of squares with an outer wall ring (VisGym layout). Mazes are
-perfect by default (one path between any two cells) and come from one of several generators
-(Wilson, DFS/recursive backtracker, Kruskal, Prim); ``extra_openings`` adds loops.
-Start and goal are opposite corners by default (VisGym) or random cells.
+
+The agent (a blue disc) walks from its start cell to the red goal square of a maze. The maze
+is VisGym's ``maze_2d``: a ``size`` x ``size`` grid of squares (odd ``size``, outer wall ring
+included), with cells at odd coordinates and the squares between them open or wall. Mazes are
+**perfect** by default (exactly one path between any two cells) and come from one of four
+generators: ``"wilson"`` (default, VisGym's; uniform spanning trees), ``"dfs"`` (recursive
+backtracker: long corridors), ``"kruskal"`` and ``"prim"`` (many short dead ends).
+``extra_openings=f`` then removes the fraction ``f`` of the remaining inner walls, which adds
+loops. Start and goal are opposite corners by default (one of the four ordered pairs, as in
+VisGym) or two random cells with ``start_goal="random"``.
+
+Every random draw comes from ``env.np_random``, so ``reset(seed=s)`` gives the same maze on every
+platform (pinned by stored maze ids in ``tests/test_env.py``). ``reset(options={"maze": spec})``
+plays a given maze (``MazeSpec`` or its dict); that is how GRPO groups share one maze and how
+evaluation sets are played.
+
+Differences from VisGym: moves are ``Discrete`` actions instead of ``"('move', d)"`` strings (the
+LLM parser in ``mazegym.llm`` accepts both); reaching the goal ends the episode with reward 1
+(VisGym requires an explicit stop: use ``require_stop=True`` for that protocol); the move limit
+is enforced by the env (``truncated``), not by an outer interactor.
 
 ## Action Space
-``Discrete(4)``: 0 = right, 1 = up, 2 = left, 3 = down. With ``require_stop=True`` it is
-``Discrete(5)`` and 4 = stop. Moving into a wall leaves the agent in place, still uses a
-move, and sets ``info["invalid_move"]``.
+
+| Num | Action | Effect |
+|---|---|---|
+| 0 | right | column + 1 |
+| 1 | up | row - 1 |
+| 2 | left | column - 1 |
+| 3 | down | row + 1 |
+| 4 | stop | only with ``require_stop=True``: ends the episode; pays 1 on the goal |
+
+Moving into a wall leaves the agent in place, uses a move and sets ``info["invalid_move"]``.
+``info["action_mask"]`` (int8) is 1 for moves that do not hit a wall (stop is always 1).
+``mazegym.ACTION_NAMES`` maps indices to names.
 
 ## Observation Space
-``Dict`` restricted to the keys chosen by ``obs_mode`` ("both", "image" or "text"):
-``image``: ``Box(0, 255, (size*cell_px, size*cell_px, 3), uint8)`` in VisGym's look;
-``text``: ``Text`` ASCII map, ``#`` wall, ``.`` floor, ``G`` goal, ``A`` agent, rows joined
-by newlines.
+
+A ``Dict`` restricted by ``obs_mode``:
+
+* ``"image"``: ``Box(0, 255, (size*cell_px, size*cell_px, 3), uint8)``. VisGym's look: white
+  floor, gray (169,169,169) walls, red (255,0,0) goal square filling its cell, blue (0,0,255)
+  agent disc of radius ``cell_px/4``; ``cell_px=25`` gives 225x225 px at 9x9 and 275x275 px at
+  11x11.
+* ``"text"``: ``Text`` ASCII map, one row per line: ``#`` wall, ``.`` floor, ``G`` goal, ``A`` agent
+  (``A`` hides ``G`` when the agent stands on the goal). Row 0 is the top.
+* ``"both"`` (default): both keys.
+
+``mazegym.wrappers.ImageObsWrapper`` / ``TextObsWrapper`` return the bare image / string.
+
+**Stable-Baselines3 and other array-only libraries** need a plain ``Box``; the default ``Dict``
+holds a ``Text`` map they cannot batch (SB3 fails in ``DummyVecEnv`` with ``TypeError: 'NoneType'
+object is not iterable``, and its ``check_env`` with "Error while checking key=text"). Use the
+image alone, one line:
+
+```python
+env = ImageObsWrapper(gym.make("VisMaze-v0", obs_mode="image", cell_px=4))  # Box(0, 255, (36, 36, 3), uint8)
+model = stable_baselines3.PPO("CnnPolicy", env)
+```
+
+``cell_px=4`` is the smallest frame SB3's default CNN accepts at 9x9. Full example with a learning
+curve: ``examples/03_sb3_ppo.py`` (``pip install -e ".[train,sb3]"``).
 
 ## Rewards
-Sparse: 1.0 on the move that reaches the goal within the move limit (with ``require_stop``:
-on a stop action taken on the goal), else 0.0. ``shaping=True`` adds the potential-based term
-``gamma * phi(s') - phi(s)`` with ``phi = -BFS distance to goal / optimal_moves``, which
-leaves optimal policies unchanged (Ng et al. 1999) and sums to +1 along an optimal path when
-``shaping_gamma = 1``.
+
+Sparse: **1.0** on the step that reaches the goal within the move limit (with
+``require_stop=True``: on a stop action taken on the goal), 0.0 otherwise. The solve rate is the
+mean episode return. With ``shaping=True`` each step adds the potential-based term
+``shaping_gamma * phi(s') - phi(s)``, ``phi(s) = -(BFS distance to goal) / optimal_moves``. It
+leaves optimal policies unchanged (Ng, Harada and Russell, 1999) and, with ``shaping_gamma=1``,
+sums to +1 along any path from start to goal. It is off by default.
+
+## Starting State
+
+The agent is on ``spec.start``; ``info["optimal_moves"]`` is the BFS-optimal number of moves to
+the goal.
 
 ## Episode End
-``terminated``: the goal is reached (``require_stop``: any stop action; stopping off the goal
-pays 0). ``truncated``: ``max_moves`` moves were used without success.
+
+* **Termination**: the agent reaches the goal (``require_stop=True``: any stop action; a stop
+  off the goal pays 0).
+* **Truncation**: ``max_moves`` moves (invalid ones included) were used without success. A goal
+  reached on the last allowed move is a success (``terminated=True, truncated=False``).
 
 ## Info
-``agent``, ``goal``, ``moves``, ``max_moves``, ``optimal_moves``, ``shortest_remaining``,
-``invalid_move``, ``invalid_action``, ``action_mask``, ``maze_id``, ``is_success``, ``feedback``.
+
+``agent`` and ``goal`` (row, col), ``moves``, ``max_moves``, ``optimal_moves``, ``shortest_remaining``
+(BFS distance from the agent), ``invalid_move`` (wall bump), ``invalid_action`` (an unparseable
+text action; see ``TextActionWrapper`` / ``env.step_invalid``), ``action_mask``, ``maze_id`` (stable
+hash of grid + start + goal), ``is_success``, ``feedback`` (e.g. "Moved up.", "Cannot move into a
+wall.", "Reached the goal!", "... No moves left."; empty after reset).
+
+## Arguments
+
+```python
+gymnasium.make("VisMaze-v0", size=9, max_moves=20, generator="wilson", extra_openings=0.0,
+               start_goal="corners", require_stop=False, obs_mode="both", cell_px=25,
+               shaping=False, shaping_gamma=1.0, render_mode=None)
+```
+
+## Rendering
+
+``render_mode="rgb_array"`` returns a copy of the current frame (same function as the image
+observation); ``"ansi"`` returns the text map; ``"human"`` prints the text map to stdout (no
+display, no pygame needed). ``mazegym.recording.replay(spec, actions)`` rebuilds any episode from
+its maze and actions, and ``record_gif`` / ``save_gif`` write GIFs (like the ones in ``docs/assets``).
 """
+
+# docs/envs.md is generated from the docstring above (python scripts/gen_envs_doc.py): edit the text here.
 
 from __future__ import annotations
 
