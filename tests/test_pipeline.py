@@ -1,8 +1,9 @@
-"""End to end on CPU: `mazegym train` machinery with the tiny text model -- SFT, then GRPO, solve rate rises.
+"""End to end on CPU: the default `mazegym train` (the tiny VLM) -- SFT, then GRPO, the solve rate rises.
 
-Small budget (minutes on 2 cores): a short SFT gives a weak start; GRPO with the cpu-tiny recipe
-must lift the greedy solve rate on the fixed 64-maze set. Also checks the artifacts a run leaves
-(metrics JSONL with phase timers and collapse diagnostics, checkpoints, eval JSON, export).
+The main job's recipe with a shorter RL stage (minutes on 2 cores): SFT from random weights gives an
+imperfect start; GRPO must lift the greedy solve rate on the fixed 64-maze set. Also checks the
+artifacts a run leaves (metrics JSONL with phase timers and collapse diagnostics, checkpoints, eval
+JSON, export), and the visual pipeline's resume on a tiny budget.
 """
 
 import json
@@ -13,16 +14,14 @@ from runners.config import apply_overrides
 from runners.metrics import COLLAPSE_KEYS, PHASES, read_jsonl
 from runners.presets import get_preset
 
-SFT_STEPS = 300
-RL_STEPS = 12
+RL_STEPS = 30
+EVAL_EVERY = 5
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect: GRPO does not yet reliably lift the tiny SFT model; the best recipe measured "
-    "gained +3 mazes on one seed on one machine (23 -> 26 of 64) and other recipes stayed flat or collapsed. "
-    "The assertions stay real so an XPASS/XFAIL shows in every CI report."))
-def test_sft_then_grpo_raises_solve_rate(tmp_path):
+def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
+    """The main job's recipe (preset ``cpu-maze-vlm``) with a shorter RL stage: SFT from random weights must
+    land inside the case study's window, and GRPO must lift the greedy solve rate on the fixed 64 mazes."""
     import torch
 
     from runners.export import export
@@ -30,37 +29,41 @@ def test_sft_then_grpo_raises_solve_rate(tmp_path):
 
     torch.set_num_threads(1)
     run = tmp_path / "run"
-    cfg = apply_overrides(get_preset("cpu-tiny"), [
-        f"run_dir={run}", f"sft.steps={SFT_STEPS}", f"loop.steps={RL_STEPS}", "eval.every=0", "checkpoint.every=6",
-        "logging.progress=false",
+    cfg = apply_overrides(get_preset("cpu-maze-vlm"), [
+        f"run_dir={run}", f"loop.steps={RL_STEPS}", "loop.max_minutes=0", f"eval.every={EVAL_EVERY}",
+        "checkpoint.every=10", "maze.heldout_sets=[]", "logging.progress=false",
     ])
     result = train(cfg, log=lambda m: None)
 
-    before, after = result.before["solve_rate"], result.after["solve_rate"]
-    assert 0.05 <= before <= 0.8, f"SFT start should be imperfect, got {before}"
-    # A real rise: at least 3 more of the 64 fixed mazes solved greedily (+4.7 points) than the SFT start.
-    gained = result.after["solved"] - result.before["solved"]
-    assert gained >= 3, f"GRPO did not raise the solve rate: {before} -> {after} ({gained:+d} mazes)"
+    # SFT learns: from a random model (0 of 64) to an imperfect start.
+    before = result.before["solved"]
+    assert 19 <= before <= 52, f"SFT start should be imperfect (30-80%), got {before}/64"
+    # A real lift, read from the mean of the last four evaluations (one evaluation swings by +-4 mazes):
+    # at least 3 more of the 64 fixed mazes solved greedily than the SFT start.
+    records = read_jsonl(run / "metrics.jsonl", phase="rl")
+    evals = [round(64 * r["eval/solve_rate"]) for r in records if "eval/solve_rate" in r]
+    assert len(evals) == RL_STEPS // EVAL_EVERY
+    late = sum(evals[-4:]) / 4
+    assert late >= before + 3, f"GRPO did not lift the solve rate: {before}/64 -> {evals} (late mean {late:.1f})"
     assert "SFT (before RL)" in result.table and "after RL" in report(result)
 
-    records = read_jsonl(run / "metrics.jsonl", phase="rl")
     assert [r["step"] for r in records] == list(range(1, RL_STEPS + 1))
     for key in ("generate", "score", "update", "sync"):
         assert all(f"time/{key}" in r for r in records)
-    assert "time/checkpoint" in records[5] and "time/eval" in records[-1]
+    assert "time/checkpoint" in records[9] and "time/eval" in records[-1]
     assert set(f"time/{p}" for p in PHASES) >= {k for r in records for k in r if k.startswith("time/")}
     assert any(f"train/{k}" in records[-1] for k in COLLAPSE_KEYS)
-    assert len(read_jsonl(run / "metrics.jsonl", phase="sft")) == SFT_STEPS
+    assert 0 < records[-1]["train/trained_turn_frac"] < 1  # the zero-advantage turns were skipped
+    assert len(read_jsonl(run / "metrics.jsonl", phase="sft")) == cfg.sft.steps
     assert list((run / "tensorboard").iterdir()), "TensorBoard events must be written"
 
     results = json.loads((run / "eval_results.json").read_text())
-    assert results["after_rl"]["solve_rate"] == after and results["rl_steps"] == RL_STEPS
+    assert results["after_rl"]["solved"] == result.after["solved"] and results["rl_steps"] == RL_STEPS
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_"))
-    assert ckpts == ["step_000006", "step_000012"]
+    assert ckpts == ["step_000020", "step_000030"]  # checkpoint.keep=2
 
-    out = export(cfg, merged=True)
-    assert (out / "adapter" / "adapter_model.safetensors").is_file()
-    assert (out / "merged" / "config.json").is_file() and "vllm serve" in (out / "SERVING.md").read_text()
+    out = export(cfg)
+    assert (out / "adapter" / "adapter_model.safetensors").is_file() and (out / "SERVING.md").is_file()
 
 
 @pytest.mark.slow
