@@ -259,6 +259,47 @@ def greedy_moves_to_goal(maze: MazeSpec, greedy: dict[tuple[int, int], int | Non
     return togo
 
 
+def cell_prompts(mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: ChatEncoder,
+                 seed: int = 0) -> tuple[list[tuple[int, tuple[int, int]]], list[Prompt]]:
+    """The first-turn prompt with the agent on every open non-goal cell of each maze.
+
+    Returns ``(anchors, prompts)``; ``anchors[j] = (maze index, (row, col))`` names the cell of
+    ``prompts[j]``. The agent's cell is the whole state (branches need ``history="none"``).
+    """
+    anchors: list[tuple[int, tuple[int, int]]] = []
+    prompts: list[Prompt] = []
+    for i, maze in enumerate(mazes):
+        system = system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop)
+        env = VisMazeEnv(size=maze.size, max_moves=config.max_moves, obs_mode=config.obs_mode, **config.env_kwargs)
+        for r, c in np.argwhere(~maze.grid):
+            cell = (int(r), int(c))
+            if cell == maze.goal:
+                continue
+            obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
+            ids, images = encoder.encode(build_messages(system, [], user_message(obs, info, obs_mode=config.obs_mode), "none"))
+            anchors.append((i, cell))
+            prompts.append(Prompt(prompt_ids=ids, images=[np.array(im, copy=True) for im in images]))
+        env.close()
+    return anchors, prompts
+
+
+def moves_at_cells(generator: Generator, anchors: Sequence[tuple[int, tuple[int, int]]], prompts: Sequence[Prompt],
+                   sampling: SamplingConfig, num_mazes: int) -> list[dict[tuple[int, int], int | None]]:
+    """The policy's move at every anchor cell (see :func:`cell_prompts`), from one batched generation call.
+
+    Returns one dict per maze mapping each cell to its move (0-3), or to None where the reply
+    could not be parsed or named no move.
+    """
+    results = generator.generate(list(prompts), sampling) if prompts else []
+    if len(results) != len(prompts):
+        raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
+    moves_at: list[dict[tuple[int, int], int | None]] = [{} for _ in range(num_mazes)]
+    for (i, cell), result in zip(anchors, results):
+        parsed = parse_action(result.text if isinstance(result.text, str) else None)
+        moves_at[i][cell] = parsed.action if parsed.valid and parsed.action < 4 else None
+    return moves_at
+
+
 def collect_branches(
     generator: Generator,
     mazes: Sequence[MazeSpec],
@@ -290,32 +331,13 @@ def collect_branches(
     version = generator.adapter_version if weights_version is None else int(weights_version)
     eos = encoder.tokenizer.eos_token_id
     replies = [encoder.tokenize_text(format_action(k)) + ([] if eos is None else [int(eos)]) for k in range(4)]
-    anchors: list[tuple[int, tuple[int, int]]] = []
-    prompts: list[Prompt] = []
     t0 = time.perf_counter()
-    for i, maze in enumerate(mazes):
-        system = system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop)
-        env = VisMazeEnv(size=maze.size, max_moves=config.max_moves, obs_mode=config.obs_mode, **config.env_kwargs)
-        for r, c in np.argwhere(~maze.grid):
-            cell = (int(r), int(c))
-            if cell == maze.goal:
-                continue
-            obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
-            ids, images = encoder.encode(build_messages(system, [], user_message(obs, info, obs_mode=config.obs_mode), "none"))
-            anchors.append((i, cell))
-            prompts.append(Prompt(prompt_ids=ids, images=[np.array(im, copy=True) for im in images]))
-        env.close()
+    anchors, prompts = cell_prompts(mazes, config, encoder, seed)
     greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     continuations = [greedy_config] + [config.sampling(seed * 7919 + w + 1) for w in range(config.branch_worlds)]
     togo: list[list[dict[tuple[int, int], int | None]]] = []  # [continuation][maze] -> moves to the goal per cell
     for sampling in continuations:
-        results = generator.generate(prompts, sampling) if prompts else []
-        if len(results) != len(prompts):
-            raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
-        moves_at: list[dict[tuple[int, int], int | None]] = [{} for _ in mazes]
-        for (i, cell), result in zip(anchors, results):
-            parsed = parse_action(result.text if isinstance(result.text, str) else None)
-            moves_at[i][cell] = parsed.action if parsed.valid and parsed.action < 4 else None
+        moves_at = moves_at_cells(generator, anchors, prompts, sampling, len(mazes))
         togo.append([greedy_moves_to_goal(maze, moves_at[i], config.max_moves) for i, maze in enumerate(mazes)])
     elapsed = time.perf_counter() - t0
     episodes = []

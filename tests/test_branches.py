@@ -155,3 +155,55 @@ def test_sampled_continuations_average_into_the_branch_value():
         assert e.success == (after == maze.goal)  # success is the greedy continuation's
     with pytest.raises(ValueError, match="branch_worlds"):
         RolloutConfig(branching=True, history="none", branch_worlds=-1)
+
+
+def _per_cell_moves():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("per_cell_moves", Path(__file__).parent.parent / "benchmarks" / "per_cell_moves.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_per_cell_judge_counts_optimal_moves_paths_and_branch_labels():
+    """benchmarks/per_cell_moves.py's figures on a T-shaped maze, by hand."""
+    judge = _per_cell_moves().judge
+    # Open: the corridor (1,1)-(1,2)-(1,3) and a dead end (2,2)-(3,2) below its middle; goal (1,3).
+    grid = np.ones((5, 5), dtype=bool)
+    grid[1, 1:4] = False
+    grid[2:4, 2] = False
+    maze = MazeSpec(grid, (1, 1), (1, 3))
+    perfect = {(1, 1): RIGHT, (1, 2): RIGHT, (2, 2): UP, (3, 2): UP}
+    f = judge([maze], [perfect], max_moves=10)
+    assert f["cells"] == 4 and f["optimal_frac"] == 1.0 and f["greedy_solved"] == 1
+    assert (f["on_path_cells"], f["off_path_cells"]) == (2, 2)
+    assert f["labelled_cells"] == 4 and f["labels_optimal_frac"] == 1.0
+    # Wrong at the start and at the dead end's bottom (both bump a wall, which loops): nothing is
+    # solved, yet every cell still has a move whose greedy continuation arrives, the optimal one.
+    wrong = {(1, 1): LEFT, (1, 2): RIGHT, (2, 2): UP, (3, 2): DOWN}
+    f = judge([maze], [wrong], max_moves=10)
+    assert f["optimal_frac"] == 0.5 and f["on_path_optimal_frac"] == 0.5 and f["off_path_optimal_frac"] == 0.5
+    assert f["greedy_solved"] == 0 and f["labelled_cells"] == 4 and f["labels_optimal_frac"] == 1.0
+    # A policy that walks (1,2) down into the dead end and back up loops there: no move from
+    # (1,1) or (1,2) reaches the goal except (1,2)'s "right", so only those cells carry a label.
+    looping = {(1, 1): RIGHT, (1, 2): DOWN, (2, 2): UP, (3, 2): UP}
+    f = judge([maze], [looping], max_moves=10)
+    assert f["greedy_solved"] == 0 and f["labelled_cells"] == 1 and f["labels_optimal_frac"] == 1.0
+
+
+def test_moves_at_cells_asks_every_open_cell_once():
+    from runners.generation.base import SamplingConfig
+    from runners.rollout import cell_prompts, moves_at_cells
+
+    mazes = _mazes(2, size=7)
+    gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
+    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32)
+    anchors, prompts = cell_prompts(mazes, config, gen.encoder)
+    moves = moves_at_cells(gen, anchors, prompts, SamplingConfig(max_new_tokens=32, temperature=0.0), len(mazes))
+    assert gen.calls == [len(anchors)] and len(anchors) == sum(int((~m.grid).sum()) - 1 for m in mazes)
+    for maze, at in zip(mazes, moves):
+        dist = bfs_distances(maze.grid, maze.goal)
+        assert set(at) == {tuple(map(int, c)) for c in np.argwhere(~maze.grid)} - {maze.goal}
+        assert all(dist[next_cell(maze.grid, cell, k)] == dist[cell] - 1 for cell, k in at.items())
