@@ -177,24 +177,29 @@ def system_prompt(size: int = 9, max_moves: int = 20, obs_mode: str = "both", re
     return " ".join(parts)
 
 
-def user_message(obs: dict[str, Any], info: dict[str, Any], *, obs_mode: str = "both", feedback: str | None = None) -> dict[str, Any]:
+def user_message(obs: dict[str, Any], info: dict[str, Any], *, obs_mode: str = "both", feedback: str | None = None,
+                 state_only: bool = False) -> dict[str, Any]:
     """One user turn: image part (when observed) then a text part (map, moves left, feedback).
 
     ``feedback`` overrides ``info["feedback"]`` (e.g. for an invalid reply); reset infos carry
-    an empty feedback, so the first turn has none.
+    an empty feedback, so the first turn has none. ``state_only`` leaves out the move counter
+    and the feedback on moves, so the message depends on the maze state alone (the feedback on
+    an unparseable reply is still shown); a text part is added only when there is text.
     """
     content: list[dict[str, Any]] = []
     if obs_mode in ("both", "image") and "image" in obs:
         content.append({"type": "image", "image": obs["image"]})
     lines = []
     fb = feedback if feedback is not None else info.get("feedback", "")
-    if fb:
+    if fb and (not state_only or feedback is not None or info.get("invalid_action")):
         lines.append(f"Environment feedback: {fb}")
     if obs_mode in ("both", "text") and "text" in obs:
         lines.append("Map:\n" + obs["text"])
-    moves_left = int(info.get("max_moves", 0)) - int(info.get("moves", 0))
-    lines.append(f"This is move {int(info.get('moves', 0)) + 1}. You have {moves_left} moves left.")
-    content.append({"type": "text", "text": "\n".join(lines)})
+    if not state_only:
+        moves_left = int(info.get("max_moves", 0)) - int(info.get("moves", 0))
+        lines.append(f"This is move {int(info.get('moves', 0)) + 1}. You have {moves_left} moves left.")
+    if lines or not content:
+        content.append({"type": "text", "text": "\n".join(lines)})
     return {"role": "user", "content": content}
 
 

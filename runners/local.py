@@ -205,7 +205,7 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     def make_turns(spec, rng):
         return sftmod.demo_turns(spec, encoder, max_moves=rc.max_moves, obs_mode=rc.obs_mode, history=rc.history,
                                  history_k=rc.history_k, detours=config.sft.detours, rng=rng, eos_id=tokenizer.eos_token_id,
-                                 env_kwargs=rc.env_kwargs,
+                                 env_kwargs=rc.env_kwargs, state_prompt=rc.state_prompt,
                                  random_start=config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts))
 
     demos = sftmod.DemoStream(mazes, make_turns, seed=config.sft.seed)

@@ -120,12 +120,14 @@ def demo_turns(
     eos_id: int,
     env_kwargs: dict[str, Any] | None = None,
     random_start: bool = False,
+    state_prompt: bool = False,
 ) -> list[Turn]:
     """One oracle play of ``spec`` as training turns, built exactly like a rollout turn.
 
     Detours that would not fit the move limit are dropped (the demo must succeed).
     ``random_start`` starts the play from a uniformly random open cell instead of ``spec.start``
     (never producing an evaluation maze), so demonstrations also cover cells off the shortest path.
+    ``state_prompt`` builds the user turns as the rollout's ``state_prompt`` does (no counter, no move feedback).
     """
     if random_start:
         spec = _random_start(spec, rng or np.random.default_rng())
@@ -139,7 +141,7 @@ def demo_turns(
     past: list[tuple[dict, str]] = []
     turns = []
     for action in actions:
-        current = user_message(obs, info, obs_mode=obs_mode)
+        current = user_message(obs, info, obs_mode=obs_mode, state_only=state_prompt)
         ids, images = encoder.encode(build_messages(system, past, current, history, history_k))
         reply = format_action(int(action))
         turns.append(Turn(prompt_ids=ids, response_ids=encoder.tokenize_text(reply) + [eos_id], images=list(images),

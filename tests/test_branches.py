@@ -44,7 +44,7 @@ def test_greedy_walk_counts_moves_and_finds_loops_and_limits():
 def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances():
     mazes = _mazes(2, size=7)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
                            branch_reward="value")
     episodes = collect_branches(gen, mazes, config, weights_version=3, group_offset=5)
     assert gen.calls == [sum(int((~m.grid).sum()) - 1 for m in mazes)]  # one batched greedy call, every anchor
@@ -79,7 +79,7 @@ def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances
 def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
     maze = _mazes(1, size=9, seed=3)[0]
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, history="none", max_moves=3, max_new_tokens=32)
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=3, max_new_tokens=32)
     episodes = collect_groups(gen, [maze], config)  # collect_groups dispatches on config.branching
     dist = bfs_distances(maze.grid, maze.goal)
     for e in episodes:
@@ -96,16 +96,18 @@ def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
 def test_branching_refuses_history_and_stop_actions():
     with pytest.raises(ValueError, match="history"):
         RolloutConfig(branching=True, history="full")
+    with pytest.raises(ValueError, match="state_prompt"):
+        RolloutConfig(branching=True, history="none")
     with pytest.raises(ValueError, match="require_stop"):
-        RolloutConfig(branching=True, history="none", require_stop=True)
+        RolloutConfig(branching=True, state_prompt=True, history="none", require_stop=True)
     with pytest.raises(ValueError, match="branch_gamma"):
-        RolloutConfig(branching=True, history="none", branch_gamma=0.0)
+        RolloutConfig(branching=True, state_prompt=True, history="none", branch_gamma=0.0)
 
 
 def test_malformed_greedy_replies_are_loops_not_crashes():
     maze = _mazes(1, size=7)[0]
     gen = ScriptedGenerator(lambda i, call, p: ("\udcff no move here", "stop"))
-    episodes = collect_branches(gen, [maze], RolloutConfig(branching=True, history="none", max_moves=20))
+    episodes = collect_branches(gen, [maze], RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20))
     # Only the moves into the goal succeed: every other branch continues with a policy that never moves.
     assert {e.success for e in episodes} == {True, False}
     assert all(e.turns[0].reward in (0.0, 1.0) for e in episodes)
@@ -114,7 +116,7 @@ def test_malformed_greedy_replies_are_loops_not_crashes():
 def test_best_reward_marks_exactly_the_most_valuable_branches():
     mazes = _mazes(2, size=7, seed=4)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32)
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32)
     assert config.branch_reward == "best"
     episodes = collect_branches(gen, mazes, config)
     for gid in {e.group_id for e in episodes}:
@@ -140,7 +142,7 @@ def test_sampled_continuations_average_into_the_branch_value():
 
     temperatures = []
     gen = RecordingGenerator(lambda i, call, p: ("no move", "stop") if call == 0 else oracle(i, call, p))
-    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
                            branch_reward="value", branch_worlds=1, temperature=0.7)
     episodes = collect_branches(gen, mazes, config)
     anchors = sum(int((~m.grid).sum()) - 1 for m in mazes)
@@ -154,7 +156,7 @@ def test_sampled_continuations_average_into_the_branch_value():
         assert e.turns[0].reward == pytest.approx((greedy_value + 0.5 ** dist[after]) / 2)
         assert e.success == (after == maze.goal)  # success is the greedy continuation's
     with pytest.raises(ValueError, match="branch_worlds"):
-        RolloutConfig(branching=True, history="none", branch_worlds=-1)
+        RolloutConfig(branching=True, state_prompt=True, history="none", branch_worlds=-1)
 
 
 def _per_cell_moves():
@@ -199,7 +201,7 @@ def test_moves_at_cells_asks_every_open_cell_once():
 
     mazes = _mazes(2, size=7)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, history="none", max_moves=20, max_new_tokens=32)
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32)
     anchors, prompts = cell_prompts(mazes, config, gen.encoder)
     moves = moves_at_cells(gen, anchors, prompts, SamplingConfig(max_new_tokens=32, temperature=0.0), len(mazes))
     assert gen.calls == [len(anchors)] and len(anchors) == sum(int((~m.grid).sum()) - 1 for m in mazes)
@@ -207,3 +209,30 @@ def test_moves_at_cells_asks_every_open_cell_once():
         dist = bfs_distances(maze.grid, maze.goal)
         assert set(at) == {tuple(map(int, c)) for c in np.argwhere(~maze.grid)} - {maze.goal}
         assert all(dist[next_cell(maze.grid, cell, k)] == dist[cell] - 1 for cell, k in at.items())
+
+
+def test_state_prompts_make_a_plays_prompt_on_a_cell_the_branch_prompt_of_that_cell():
+    """With state_prompt, every turn of a greedy play (moves, wall bumps, any move number) is
+    asked exactly the prompt that branching asks on that cell, so the greedy walks that score
+    the branches are the policy that is evaluated."""
+    from runners.rollout import cell_prompts, evaluate_mazes
+
+    mazes = _mazes(3, size=7, seed=4)
+    moves = ["<action>right</action>", "<action>up</action>", "<action>left</action>", "<action>down</action>"]
+    gen = ScriptedGenerator(lambda i, call, p: (moves[(len(p.prompt_ids) * 7 + i + call) % 4], "stop"))
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", obs_mode="text", max_moves=12,
+                           max_new_tokens=16)
+    anchors, prompts = cell_prompts(mazes, config, gen.encoder)
+    asked = {(mazes[i].maze_id, cell): p.prompt_ids for (i, cell), p in zip(anchors, prompts)}
+    episodes = evaluate_mazes(gen, mazes, config)
+    turns = [(e.maze_id, t) for e in episodes for t in e.turns]
+    assert len(turns) > 20 and len({t.state for _, t in turns}) > 5
+    for maze_id, turn in turns:
+        cell = tuple(int(x) for x in turn.state.split(","))
+        assert turn.prompt_ids == asked[(maze_id, cell)]
+    # Without it the move counter makes the same cell a different prompt on later moves.
+    plain = RolloutConfig(history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
+    anchors, prompts = cell_prompts(mazes, plain, gen.encoder)
+    first = {(mazes[i].maze_id, cell): p.prompt_ids for (i, cell), p in zip(anchors, prompts)}
+    later = [(m, t) for m, t in ((e.maze_id, t) for e in evaluate_mazes(gen, mazes, plain) for t in e.turns[1:])]
+    assert later and all(t.prompt_ids != first[(m, tuple(int(x) for x in t.state.split(",")))] for m, t in later)

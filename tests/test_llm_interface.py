@@ -160,3 +160,23 @@ def test_build_messages_history_modes():
     assert build_messages(system, history, current, "last_k", k=0) == [full[0], current]
     with pytest.raises(ValueError):
         build_messages(system, history, current, "some")
+
+
+def test_state_only_user_message_drops_the_counter_and_move_feedback_but_not_invalid_feedback():
+    import gymnasium as gym
+
+    import mazegym  # noqa: F401
+    from mazegym.llm import user_message
+
+    env = gym.make("VisMaze-v0", obs_mode="text")
+    obs, info = env.reset(seed=0)
+    first = user_message(obs, info, obs_mode="text", state_only=True)
+    assert "This is move" not in first["content"][-1]["text"] and "Map:" in first["content"][-1]["text"]
+    obs, _, _, _, info = env.step(0)
+    moved = user_message(obs, info, obs_mode="text", state_only=True)["content"][-1]["text"]
+    assert info["feedback"] and "Environment feedback" not in moved and "This is move" not in moved
+    assert "Environment feedback" in user_message(obs, info, obs_mode="text")["content"][-1]["text"]
+    bad = user_message(obs, info, obs_mode="text", state_only=True, feedback="Invalid action: no <action> tag.")
+    assert "Environment feedback: Invalid action" in bad["content"][-1]["text"]
+    image_only = user_message({"image": obs.get("image")}, info, obs_mode="image", state_only=True)
+    assert [part["type"] for part in image_only["content"]] == ["image"]

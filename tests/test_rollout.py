@@ -1,5 +1,7 @@
 """The multi-turn rollout engine: grouping, env stepping, invalid turns, records, real-model episodes."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -65,7 +67,8 @@ def _oracle_reply(tokenizer):
 
     def reply(i, call, prompt):
         text = tokenizer.decode(prompt.prompt_ids)
-        rows = text.rsplit("Map:\n", 1)[1].split("\nThis is move")[0].split("\n")
+        rows = re.match(r"[^\n<]*(?:\n[^\n<]*)*", text.rsplit("Map:\n", 1)[1]).group(0).split("\n")
+        rows = [row for row in rows if row and len(row) == len(rows[0])]
         grid = np.array([[ch == "#" for ch in row] for row in rows])
         find = lambda ch: next((r, row.index(ch)) for r, row in enumerate(rows) if ch in row)  # noqa: E731
         action = shortest_path_actions(grid, find("A"), find("G"))[0]
