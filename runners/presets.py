@@ -71,7 +71,7 @@ def cpu_maze_vlm() -> TrainConfig:
         "sft.mode=full", "sft.vision_steps=220", "sft.vision_lr=2e-3", "sft.freeze_vision=true",
         "sft.steps=100", "sft.batch_size=128", "sft.lr=2e-3", "sft.random_starts=1.0",
         "lora.rank=16", "lora.alpha=32", "lora.modules_to_save=vision_tower",
-        "rollout.branching=true", "rollout.state_prompt=true", "rollout.branch_reward=best",
+        "rollout.branching=true", "rollout.branch_reward=best",
         "algo.name=grpo", "algo.lr=3e-4", "algo.minibatch_size=128", "algo.micro_batch_size=128",
         "algo.old_logprobs=recompute", "algo.minibatch_groups=true", "algo.negative_weight=0",
         "algo.skip_zero_advantage=true", "algo.filter_zero_variance=true", "algo.episode_mean=true",

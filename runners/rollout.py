@@ -42,7 +42,7 @@ class RolloutConfig:
     history: str = "full"
     """Conversation history kept in the prompt: "full", "last_k" or "none"."""
     state_prompt: bool = False
-    """The user turn shows the observation alone: no move counter and no feedback on moves (an unparseable reply's feedback is still shown), so with history "none" the prompt, and so the policy, is a function of the maze state. Branching needs it."""
+    """The user turn shows the observation alone: no move counter and no feedback on moves (an unparseable reply's feedback is still shown), so with history "none" the prompt, and so the policy, is a function of the maze state. Branching then scores exactly the policy that plays; without it branching asks each cell the prompt of a play's first move, an approximation (docs/research.md measures both)."""
     history_k: int = 2
     """Past turns kept when history is "last_k"."""
     obs_mode: str = "text"
@@ -60,7 +60,7 @@ class RolloutConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra VisMazeEnv keyword arguments (e.g. cell_px, shaping)."""
     branching: bool = False
-    """Train on branches instead of plays (:func:`collect_branches`): every open cell of each training maze is an anchor state (exploring starts), each of the 4 moves is tried there once and followed by the current greedy policy; the 4 branches form one group. Needs history "none", state_prompt and the trainer's own old log-probs (algo.old_logprobs=recompute)."""
+    """Train on branches instead of plays (:func:`collect_branches`): every open cell of each training maze is an anchor state (exploring starts), each of the 4 moves is tried there once and followed by the current greedy policy; the 4 branches form one group. Needs history "none" and the trainer's own old log-probs (algo.old_logprobs=recompute)."""
     branch_gamma: float = 0.9
     """Branching: a branch that reaches the goal in n moves is worth branch_gamma ** (n - 1) (shorter is better); one that does not, 0."""
     branch_worlds: int = 0
@@ -77,11 +77,9 @@ class RolloutConfig:
             raise ValueError(f"obs_mode must be 'text', 'image' or 'both', got {self.obs_mode!r}")
         if self.max_moves < 1:
             raise ValueError(f"max_moves must be >= 1, got {self.max_moves}")
-        if self.branching and (self.history != "none" or self.require_stop or not self.state_prompt):
-            raise ValueError("branching needs history='none', state_prompt=True and require_stop=False: a branch's "
-                             "state is the agent's cell alone, and the greedy walks that score it must be the "
-                             f"policy that plays (got history={self.history!r}, state_prompt={self.state_prompt}, "
-                             f"require_stop={self.require_stop})")
+        if self.branching and (self.history != "none" or self.require_stop):
+            raise ValueError("branching needs history='none' and require_stop=False: a branch's state is the "
+                             f"agent's cell alone (got history={self.history!r}, require_stop={self.require_stop})")
         if self.branch_reward not in ("best", "value"):
             raise ValueError(f"branch_reward must be 'best' or 'value', got {self.branch_reward!r}")
         if self.branch_worlds < 0:
@@ -268,7 +266,7 @@ def cell_prompts(mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: Chat
     """The first-turn prompt with the agent on every open non-goal cell of each maze.
 
     Returns ``(anchors, prompts)``; ``anchors[j] = (maze index, (row, col))`` names the cell of
-    ``prompts[j]``. With ``config.state_prompt`` (which branching requires) each prompt is the one
+    ``prompts[j]``. With ``config.state_prompt`` each prompt is the one
     the policy sees on that cell at any move of a play; without it, the one of a play's first move.
     """
     anchors: list[tuple[int, tuple[int, int]]] = []

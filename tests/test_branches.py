@@ -96,8 +96,6 @@ def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
 def test_branching_refuses_history_and_stop_actions():
     with pytest.raises(ValueError, match="history"):
         RolloutConfig(branching=True, history="full")
-    with pytest.raises(ValueError, match="state_prompt"):
-        RolloutConfig(branching=True, history="none")
     with pytest.raises(ValueError, match="require_stop"):
         RolloutConfig(branching=True, state_prompt=True, history="none", require_stop=True)
     with pytest.raises(ValueError, match="branch_gamma"):
