@@ -3,7 +3,7 @@
     python benchmarks/readme_pictures.py runs/cpu-maze-vlm --out docs/assets
 
 Reads only the run's per-maze eval records (``RUN/eval/step_<N>_<set>.json``); no model is loaded.
-Writes ``main_job_grids.png`` (solved green / failed red, before RL on the left, after on the right)
+Writes ``main_job_grids.png`` (solved green / failed purple, before RL on the left, after on the right)
 and ``main_job_agent.gif`` (the trained agent on a maze it failed before RL, replayed from its actions).
 """
 

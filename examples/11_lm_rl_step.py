@@ -57,8 +57,7 @@ def main() -> None:
     algorithm = algos.make("grpo", policy, lr=3e-4, old_logprobs="recompute", negative_weight=0.0,
                            minibatch_groups=True, minibatch_size=128, filter_zero_variance=True)
     sync = AdapterSync(work / "adapters")
-    rollout = RolloutConfig(obs_mode="image", history="none", max_moves=20, max_new_tokens=6, branching=True,
-                            state_prompt=True)
+    rollout = RolloutConfig(obs_mode="image", history="none", max_moves=20, max_new_tokens=6, branching=True)
     stream = MazeStream(size=9, seed=0, max_optimal_moves=20)
     eval_set = "VisMaze-v0"
     n_eval = 8 if a.smoke else len(load_eval_set(eval_set))
