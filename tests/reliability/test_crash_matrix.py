@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,23 +123,25 @@ def test_sigkill_anywhere_resumes_to_the_reference_run(tmp_path):
     assert [(r["phase"], r["step"]) for r in want["records"]] == [("rl", s) for s in range(1, STEPS + 1)]
     assert any(r["train/grad_norm"] > 0 for r in want["records"])  # the adapter moved: equality proves something
 
-    failures, recovered = [], 0
-    for i, point in enumerate(POINTS):
+    def crash_and_resume(i: int, point: KillPoint) -> str | None:
+        """Kill a run at ``point``, resume it; None when it ends as the reference did, else what went wrong."""
         run_dir = tmp_path / f"point{i:02d}"
         killed = run_harness(point.options(), train_args(run_dir, sft_model))
         if killed.returncode != -9 or "crash_harness: SIGKILL" not in killed.stderr:
-            failures.append(f"{point.name}: not reached (exit {killed.returncode}): {killed.stderr[-1500:]}")
-            continue
+            return f"{point.name}: not reached (exit {killed.returncode}): {killed.stderr[-1500:]}"
         resumed = run_harness([], [*train_args(run_dir, sft_model), "--resume", "latest"])
         if resumed.returncode != 0:
-            failures.append(f"{point.name}: resume failed (exit {resumed.returncode}): {resumed.stderr[-1500:]}")
-            continue
+            return f"{point.name}: resume failed (exit {resumed.returncode}): {resumed.stderr[-1500:]}"
         diff = differences(outcome(run_dir), want)
-        if diff:
-            failures.append(f"{point.name}: differs from the reference in {', '.join(diff)}")
-        else:
-            recovered += 1
-        print(f"  {'ok  ' if not diff else 'FAIL'} {point.name}")
+        return f"{point.name}: differs from the reference in {', '.join(diff)}" if diff else None
+
+    # Each point is its own single-threaded subprocess pair, so two run at once on two cores.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(crash_and_resume, range(len(POINTS)), POINTS))
+    failures = [r for r in results if r is not None]
+    recovered = len(POINTS) - len(failures)
+    for point, result in zip(POINTS, results):
+        print(f"  {'ok  ' if result is None else 'FAIL'} {point.name}")
 
     print(f"crash matrix: {len(POINTS)} kill points, {recovered} resumed to the reference adapter "
           f"({time.perf_counter() - t0:.0f}s)")
