@@ -9,7 +9,6 @@ docstring, the tables are its ``Config`` dataclass (name, default, the docstring
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import inspect
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from docgen import write_or_check  # noqa: E402
 
 import algos  # noqa: E402
 from algos.base import AlgorithmConfig  # noqa: E402
@@ -59,18 +60,7 @@ def render() -> str:
 
 def main() -> int:
     """Rewrite the page, or with ``--check`` say whether it is current."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="exit 1 when docs/algorithms.md differs from the registry")
-    text = render()
-    if p.parse_args().check:
-        current = DOC.read_text() if DOC.exists() else ""
-        if current != text:
-            print(f"{DOC} is out of date: run python scripts/gen_algorithms_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
-    return 0
+    return write_or_check(DOC, render, __doc__, "the registry")
 
 
 if __name__ == "__main__":

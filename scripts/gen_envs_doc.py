@@ -14,7 +14,6 @@ version history are written here. Imports mazegym only, so it runs without torch
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib
 import inspect
@@ -25,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from docgen import write_or_check  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
 from gymnasium import spaces  # noqa: E402
@@ -220,19 +221,7 @@ def render() -> str:
 
 def main() -> int:
     """Rewrite the page, or with ``--check`` say whether it is current."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="exit 1 when docs/envs.md differs from the code")
-    check = p.parse_args().check
-    text = render()
-    if check:
-        current = DOC.read_text() if DOC.exists() else ""
-        if current != text:
-            print(f"{DOC} is out of date: run python scripts/gen_envs_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
-    return 0
+    return write_or_check(DOC, render, __doc__, "the code")
 
 
 if __name__ == "__main__":
