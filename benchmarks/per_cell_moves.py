@@ -40,16 +40,14 @@ def judge(mazes, moves_at, max_moves: int) -> dict[str, float]:
         togo = greedy_moves_to_goal(maze, moves, max_moves)
         solved += togo.get(maze.start) is not None
         for cell, move in moves.items():
-            best = {k for k in range(4) if next_cell(maze.grid, cell, k) != cell
-                    and to_goal[next_cell(maze.grid, cell, k)] == to_goal[cell] - 1}
+            after = {k: next_cell(maze.grid, cell, k) for k in range(4)}
+            best = {k for k, there in after.items() if there != cell and to_goal[there] == to_goal[cell] - 1}
             ok = move in best
             optimal.append(ok)
             (on_path if from_start[cell] + to_goal[cell] == shortest else off_path).append(ok)
             # The branching recipe's label at this cell: the moves whose greedy continuation is shortest.
-            lengths = {k: togo.get(next_cell(maze.grid, cell, k)) for k in range(4)}
-            lengths = {k: (0 if next_cell(maze.grid, cell, k) == maze.goal else n) for k, n in lengths.items()}
-            reachable = {k: n for k, n in lengths.items() if n is not None and n + 1 <= max_moves
-                         and next_cell(maze.grid, cell, k) != cell}
+            reachable = {k: togo.get(there) for k, there in after.items() if there != cell}  # togo[goal] is 0
+            reachable = {k: n for k, n in reachable.items() if n is not None and n + 1 <= max_moves}
             if reachable:
                 labelled += 1
                 top = min(reachable.values())
