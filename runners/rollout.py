@@ -65,6 +65,10 @@ class RolloutConfig:
     """Branching: a branch that reaches the goal in n moves is worth branch_gamma ** (n - 1) (shorter is better); one that does not, 0."""
     branch_worlds: int = 0
     """Branching: besides the greedy continuation, this many continuation policies sampled from the policy (one move drawn per cell at the sampling temperature, kept for the whole walk); a branch's worth is its mean over them. 0 = greedy only. Sampled continuations reach the goal from cells where the greedy one loops, so more cells get a signal."""
+    branch_continuation: str = "greedy"
+    """Branching: how each move's continuation is valued. "greedy": the current greedy policy walks on from the move's cell (plus branch_worlds generated continuations). "sampled": the greedy walk plus branch_samples continuation policies drawn from the policy's move distribution at the sampling temperature (one move per cell, kept for the walk; all 4 moves judged in the same draws), the distribution at every cell read once from one batched scoring of the 4 canonical replies (exact when the prompt is a function of the cell, state_prompt=true; else the first move's prompt stands for every move). "expected": the exact expectation with a fresh move sampled at every step -- a diagnostic, not RL: in a perfect maze its best move is the shortest-path move wherever the policy has any chance, whatever the policy (see :func:`continuation_values`)."""
+    branch_samples: int = 32
+    """Branching with branch_continuation "sampled": continuation policies drawn per step, besides the greedy one."""
     branch_reward: str = "best"
     """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal, else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0)."""
 
@@ -82,6 +86,12 @@ class RolloutConfig:
                              f"agent's cell alone (got history={self.history!r}, require_stop={self.require_stop})")
         if self.branch_reward not in ("best", "value"):
             raise ValueError(f"branch_reward must be 'best' or 'value', got {self.branch_reward!r}")
+        if self.branch_continuation not in ("greedy", "sampled", "expected"):
+            raise ValueError(f"branch_continuation must be 'greedy', 'sampled' or 'expected', got {self.branch_continuation!r}")
+        if self.branch_continuation != "greedy" and self.branch_worlds:
+            raise ValueError("branch_worlds adds greedy-style continuations; it needs branch_continuation='greedy'")
+        if self.branch_samples < 1:
+            raise ValueError(f"branch_samples must be >= 1, got {self.branch_samples}")
         if self.branch_worlds < 0:
             raise ValueError(f"branch_worlds must be >= 0, got {self.branch_worlds}")
         if not 0.0 < self.branch_gamma <= 1.0:
@@ -261,6 +271,73 @@ def greedy_moves_to_goal(maze: MazeSpec, greedy: dict[tuple[int, int], int | Non
     return togo
 
 
+def continuation_values(maze: MazeSpec, move_probs: dict[tuple[int, int], np.ndarray], limit: int, gamma: float,
+                        samples: int | None, rng: np.random.Generator | None = None) -> dict[tuple[int, int], np.ndarray]:
+    """Worth of each of the 4 moves from every cell when the policy plays on afterwards.
+
+    ``move_probs[cell]`` holds the probabilities of the 4 moves there; the rest of the mass is an
+    unparseable reply, which spends a move in place (as a wall bump does). A move from ``cell`` that
+    reaches the goal after n moves in all (n <= ``limit``) is worth ``gamma ** (n - 1)``, else 0.
+
+    With ``samples`` the worth is the mean over 1 + ``samples`` *worlds*: the greedy policy (the
+    most likely outcome at every cell) and ``samples`` policies drawn from the distribution, one
+    outcome per cell kept for the whole walk; all 4 moves of a cell are judged in the same worlds
+    (common random numbers). In a perfect maze a deterministic walk that reaches the goal never
+    revisits a cell, so in every world the move towards the goal is worth strictly more than any
+    other whenever anything is worth more than 0: these labels are never wrong, and more worlds
+    only label more cells. With ``samples=None`` the worth is the exact expectation when a fresh
+    move is sampled at every step; its best move is then the shortest-path move wherever the
+    policy has any chance at all, whatever its probabilities (a teacher in disguise, kept as a
+    diagnostic).
+    """
+    cells = list(move_probs)
+    index = {c: j for j, c in enumerate(cells)}
+    goal = len(cells)  # an extra absorbing state
+    nxt = np.full((goal + 1, 5), goal, dtype=np.int64)
+    for c, j in index.items():
+        for a in range(4):
+            n = next_cell(maze.grid, c, a)
+            nxt[j, a] = goal if n == maze.goal else index.get(n, j)
+        nxt[j, 4] = j
+    probs = np.zeros((goal + 1, 5))
+    for c, j in index.items():
+        p = np.clip(np.asarray(move_probs[c], dtype=np.float64), 0.0, 1.0)
+        probs[j, :4] = p
+        probs[j, 4] = max(0.0, 1.0 - p.sum())
+    probs[:goal] /= probs[:goal].sum(axis=1, keepdims=True)
+    probs[goal, 4] = 1.0
+    firsts = nxt[:goal, :4]  # where each first move lands
+    if samples is None:
+        worth = np.zeros(goal + 1)  # E[gamma ** T; T <= h] for T moves from each state to the goal
+        worth[goal] = 1.0
+        for _ in range(limit - 1):
+            worth = np.where(np.arange(goal + 1) == goal, 1.0, gamma * (probs * worth[nxt]).sum(axis=1))
+        values = worth[firsts]
+    else:
+        rng = rng if rng is not None else np.random.default_rng(0)
+        draws = rng.random((samples, goal + 1))
+        outcomes = (draws[..., None] > np.cumsum(probs, axis=1)[None]).sum(axis=2).clip(max=4)
+        outcomes = np.concatenate([np.argmax(probs, axis=1)[None], outcomes])  # world 0: the greedy policy
+        worlds = np.arange(samples + 1)[:, None]
+        here = np.broadcast_to(np.arange(goal + 1), outcomes.shape).copy()
+        steps = np.where(here == goal, 0, -1)
+        for t in range(1, limit):
+            here = nxt[here, outcomes[worlds, here]]
+            steps[(steps < 0) & (here == goal)] = t
+        worth = np.where(steps >= 0, gamma ** np.maximum(steps, 0), 0.0)  # [world, state]
+        values = worth[:, firsts].mean(axis=0)
+    return {c: values[j] for c, j in index.items()}
+
+
+def move_probabilities(generator: Generator, prompts: Sequence[Prompt], replies: Sequence[list[int]],
+                       temperature: float) -> np.ndarray:
+    """``[len(prompts), 4]``: the probability that the policy, sampling at ``temperature``, writes each canonical move reply."""
+    if not prompts:
+        return np.zeros((0, 4))
+    logps = np.asarray(generator.score_replies(list(prompts), [list(r) for r in replies], temperature), dtype=np.float64)
+    return np.exp(logps)
+
+
 def cell_prompts(mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: ChatEncoder,
                  seed: int = 0) -> tuple[list[tuple[int, tuple[int, int]]], list[Prompt]]:
     """The first-turn prompt with the agent on every open non-goal cell of each maze.
@@ -339,9 +416,23 @@ def collect_branches(
     greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     continuations = [greedy_config] + [config.sampling(seed * 7919 + w + 1) for w in range(config.branch_worlds)]
     togo: list[list[dict[tuple[int, int], int | None]]] = []  # [continuation][maze] -> moves to the goal per cell
-    for sampling in continuations:
-        moves_at = moves_at_cells(generator, anchors, prompts, sampling, len(mazes))
-        togo.append([greedy_moves_to_goal(maze, moves_at[i], config.max_moves) for i, maze in enumerate(mazes)])
+    worths: list[dict[tuple[int, int], np.ndarray]] = []  # [maze] -> cell -> worth of each move
+    if config.branch_continuation == "greedy":
+        for sampling in continuations:
+            moves_at = moves_at_cells(generator, anchors, prompts, sampling, len(mazes))
+            togo.append([greedy_moves_to_goal(maze, moves_at[i], config.max_moves) for i, maze in enumerate(mazes)])
+    else:
+        probs = move_probabilities(generator, prompts, replies, config.temperature)
+        per_maze: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in mazes]
+        for (i, cell), p in zip(anchors, probs):
+            per_maze[i][cell] = p
+        samples = config.branch_samples if config.branch_continuation == "sampled" else None
+        rng = np.random.default_rng([seed, group_offset])
+        worths = [continuation_values(maze, per_maze[i], config.max_moves, config.branch_gamma, samples, rng)
+                  for i, maze in enumerate(mazes)]
+        # The greedy walk still says whether the policy's own best guess solves each maze (a metric).
+        greedy_at = [{cell: int(np.argmax(p)) for cell, p in cells.items()} for cells in per_maze]
+        togo.append([greedy_moves_to_goal(maze, greedy_at[i], config.max_moves) for i, maze in enumerate(mazes)])
     elapsed = time.perf_counter() - t0
     episodes = []
     for (i, cell), prompt in zip(anchors, prompts):
@@ -350,7 +441,10 @@ def collect_branches(
         for k in range(4):
             rests = [walks[i].get(next_cell(maze.grid, cell, k)) for walks in togo]
             ns = [None if rest is None or rest + 1 > config.max_moves else rest + 1 for rest in rests]
-            values.append(float(np.mean([0.0 if n is None else config.branch_gamma ** (n - 1) for n in ns])))
+            if worths:
+                values.append(float(worths[i][cell][k]))
+            else:
+                values.append(float(np.mean([0.0 if n is None else config.branch_gamma ** (n - 1) for n in ns])))
             moves.append(ns[0])  # the greedy continuation's
         best = max(values)
         for k in range(4):

@@ -8,7 +8,8 @@ import torch
 from algos.advantages import grpo_advantages
 from mazegym.maze import MazeSpec
 from mazegym.solver import MOVES, bfs_distances, next_cell
-from runners.rollout import RolloutConfig, collect_branches, collect_groups, greedy_moves_to_goal, rollout_metrics
+from runners.rollout import (RolloutConfig, collect_branches, collect_groups, continuation_values, greedy_moves_to_goal,
+                             rollout_metrics)
 from tests.test_rollout import ScriptedGenerator, _mazes, _oracle_reply
 
 RIGHT, UP, LEFT, DOWN = 0, 1, 2, 3
@@ -234,3 +235,101 @@ def test_state_prompts_make_a_plays_prompt_on_a_cell_the_branch_prompt_of_that_c
     first = {(mazes[i].maze_id, cell): p.prompt_ids for (i, cell), p in zip(anchors, prompts)}
     later = [(m, t) for m, t in ((e.maze_id, t) for e in evaluate_mazes(gen, mazes, plain) for t in e.turns[1:])]
     assert later and all(t.prompt_ids != first[(m, tuple(int(x) for x in t.state.split(",")))] for m, t in later)
+
+
+def test_expected_continuation_values_match_a_hand_computation():
+    maze = corridor()  # (1,1) - (1,2) - goal (1,3)
+    # At (1,1) the policy moves right half the time and otherwise writes something unparseable (stays).
+    probs = {(1, 1): np.array([0.5, 0.0, 0.0, 0.0]), (1, 2): np.array([1.0, 0.0, 0.0, 0.0])}
+    values = continuation_values(maze, probs, limit=4, gamma=0.9, samples=None)
+    # Right from (1,1): one more move to the goal, 0.9. A wall bump stays on (1,1), and from there
+    # the goal takes 2 moves with probability 1/2 or 3 with 1/4 within the 3 moves left:
+    # 0.5 * 0.9**2 + 0.25 * 0.9**3 = 0.58725.
+    assert values[(1, 1)] == pytest.approx([0.9, 0.58725, 0.58725, 0.58725])
+    # From (1,2): right lands on the goal (worth 1); a wall bump stays, then right: 0.9; left lands
+    # on (1,1) with 3 moves left, as above.
+    assert values[(1, 2)] == pytest.approx([1.0, 0.9, 0.58725, 0.9])
+
+
+def _bfs_move(maze, cell):
+    dist = bfs_distances(maze.grid, maze.goal)
+    return min(range(4), key=lambda a: dist[next_cell(maze.grid, cell, a)] if next_cell(maze.grid, cell, a) != cell else 10**6)
+
+
+def _random_policy(maze, rng, concentration):
+    cells = [tuple(int(x) for x in c) for c in np.argwhere(~maze.grid) if tuple(int(x) for x in c) != maze.goal]
+    return {c: rng.dirichlet(np.full(5, concentration))[:4] for c in cells}  # the 5th outcome: an unparseable reply
+
+
+def test_sampled_worlds_never_label_a_wrong_move_and_more_worlds_label_more_cells():
+    rng = np.random.default_rng(0)
+    labelled = {0: 0, 8: 0, 64: 0}
+    for maze in _mazes(6, size=9, seed=2):
+        probs = _random_policy(maze, rng, concentration=0.3)
+        for samples in labelled:
+            values = continuation_values(maze, probs, limit=20, gamma=0.9, samples=samples, rng=np.random.default_rng(samples))
+            for cell, v in values.items():
+                if v.max() > 0:
+                    labelled[samples] += 1
+                    # In a perfect maze every world's successful walk passes the goal-ward neighbour
+                    # without looping, so the goal-ward move is strictly the best one.
+                    assert np.argmax(v) == _bfs_move(maze, cell) and (v < v.max()).sum() == 3
+    assert labelled[0] < labelled[8] < labelled[64]
+
+
+def test_the_greedy_world_alone_is_the_greedy_walk():
+    rng = np.random.default_rng(1)
+    maze = _mazes(1, size=9, seed=5)[0]
+    probs = _random_policy(maze, rng, concentration=1.0)
+    values = continuation_values(maze, probs, limit=20, gamma=0.5, samples=0)
+    greedy = {c: (None if 1 - p.sum() > p.max() else int(np.argmax(p))) for c, p in probs.items()}
+    togo = greedy_moves_to_goal(maze, greedy, limit=20)
+    for cell, v in values.items():
+        for k in range(4):
+            rest = togo.get(next_cell(maze.grid, cell, k))
+            assert v[k] == (0.0 if rest is None or rest + 1 > 20 else 0.5 ** rest)
+
+
+def test_expected_values_label_the_shortest_path_move_whatever_the_policy():
+    # Why "expected" is a diagnostic and not RL: the policy's probabilities do not change its labels.
+    rng = np.random.default_rng(3)
+    for maze in _mazes(3, size=9, seed=7):
+        values = continuation_values(maze, _random_policy(maze, rng, concentration=0.2), limit=40, gamma=0.9, samples=None)
+        assert all(np.argmax(v) == _bfs_move(maze, cell) for cell, v in values.items())
+
+
+def test_sampled_branches_score_the_replies_once_and_label_from_their_distribution():
+    mazes = _mazes(2, size=7, seed=1)
+
+    class DistributionGenerator(ScriptedGenerator):
+        """Greedy replies never move; scored replies: 60% the shortest-path move, the rest spread."""
+
+        def score_replies(self, prompts, replies, temperature=1.0):
+            self.scored.append((len(prompts), len(replies), temperature))
+            out = []
+            for p in prompts:
+                best = oracle_action(p)
+                out.append([float(np.log(0.6 if k == best else 0.1)) for k in range(4)])
+            return out
+
+    oracle = _oracle_reply(ScriptedGenerator(None).tokenizer)
+    oracle_action = lambda p: ["right", "up", "left", "down"].index(oracle(0, 0, p)[0].split("<action>")[1].split("<")[0])  # noqa: E731
+    gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
+    gen.scored = []
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32,
+                           branch_continuation="sampled", branch_samples=16, temperature=0.7)
+    episodes = collect_branches(gen, mazes, config)
+    anchors = sum(int((~m.grid).sum()) - 1 for m in mazes)
+    assert gen.calls == [] and gen.scored == [(anchors, 4, 0.7)]  # no generation: one scoring call
+    rewarded = 0
+    for e in episodes:
+        maze = next(m for m in mazes if m.maze_id == e.maze_id)
+        cell = tuple(int(x) for x in e.turns[0].state.split(","))
+        if e.turns[0].reward:
+            rewarded += 1
+            assert e.turns[0].action == _bfs_move(maze, cell)
+    assert rewarded > anchors // 2  # with the greedy world right everywhere, every cell is labelled
+    with pytest.raises(ValueError, match="branch_continuation"):
+        RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="oracle")
+    with pytest.raises(ValueError, match="branch_worlds"):
+        RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="sampled", branch_worlds=2)

@@ -171,3 +171,23 @@ def test_bad_sampling_config_fails_fast(text_gen):
         text_gen.generate([Prompt([1, 2])], SamplingConfig(temperature=-1))
     with pytest.raises(ValueError, match="max_new_tokens"):
         text_gen.generate([Prompt([1, 2])], SamplingConfig(max_new_tokens=0))
+
+
+@pytest.mark.parametrize("which", ["text", "vlm"])
+def test_score_replies_equals_each_reply_scored_alone(which, text_gen, vlm_gen):
+    gen = text_gen if which == "text" else vlm_gen
+    obs_mode = "text" if which == "text" else "image"
+    encoder = gen.encoder
+    prompts = [Prompt(*encoder.encode(m)) for m in _conversation(obs_mode, 2)]  # two lengths: padding is exercised
+    assert len({len(p.prompt_ids) for p in prompts}) == 2
+    replies = [gen.tokenizer.encode(t, add_special_tokens=False) for t in ("<action>up</action><|im_end|>", "<action>left</action>", "x")]
+    batched = gen.score_replies(prompts, replies, temperature=1.0, max_prompts=1)
+    assert np.allclose(batched, gen.score_replies(prompts, replies), atol=TOL_FP32)  # chunking changes nothing
+    for p, row in zip(prompts, batched):
+        alone = [sum(gen.score(p.prompt_ids, r, p.images)) for r in replies]
+        assert np.allclose(row, alone, atol=1e-4)
+    # Temperature scales the logits before the softmax: at T=0.5 the likeliest reply gains mass.
+    cooled = np.array(gen.score_replies(prompts, replies, temperature=0.5))
+    assert not np.allclose(cooled, batched, atol=1e-3)
+    with pytest.raises(ValueError, match="temperature"):
+        gen.score_replies(prompts, replies, temperature=0.0)

@@ -221,6 +221,12 @@ class VLLMGenerator:
         start = len(prompt_ids)
         return [_token_logprob(out.prompt_logprobs[i], seq[i]) for i in range(start, len(seq))]
 
+    def score_replies(self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        """Log-prob of each whole candidate reply after each prompt (temperature 1 only: ``prompt_logprobs`` are unscaled)."""
+        if temperature != 1.0:
+            raise ValueError(f"the vLLM backend scores replies at temperature 1 only, got {temperature}")
+        return [[sum(self.score(p.prompt_ids, reply, p.images)) for reply in replies] for p in prompts]
+
 
 def _eos_ids(model_path: str, tokenizer) -> list[int]:
     """End-of-turn ids from generation_config.json plus the tokenizer's eos."""
