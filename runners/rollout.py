@@ -69,6 +69,8 @@ class RolloutConfig:
     """Branching: how each move's continuation is valued. "greedy": the current greedy policy walks on from the move's cell (plus branch_worlds generated continuations). "sampled": the greedy walk plus branch_samples continuation policies drawn from the policy's move distribution at the sampling temperature (one move per cell, kept for the walk; all 4 moves judged in the same draws), the distribution at every cell read once from one batched scoring of the 4 canonical replies (exact when the prompt is a function of the cell, state_prompt=true; else the first move's prompt stands for every move). "expected": the exact expectation with a fresh move sampled at every step -- a diagnostic, not RL: in a perfect maze its best move is the shortest-path move wherever the policy has any chance, whatever the policy (see :func:`continuation_values`)."""
     branch_samples: int = 32
     """Branching with branch_continuation "sampled": continuation policies drawn per step, besides the greedy one."""
+    branch_settled: float = 1.0
+    """Branching with branch_continuation "sampled" or "expected": a cell where the policy already writes its best moves with at least this probability is left out of the update (a positive advantage on a reply of probability p moves its logit by about 1 - p, so such rows cost a full forward and backward pass for little signal); they come back as soon as their probability falls. 1.0 keeps every cell."""
     branch_reward: str = "best"
     """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal, else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0)."""
 
@@ -90,6 +92,10 @@ class RolloutConfig:
             raise ValueError(f"branch_continuation must be 'greedy', 'sampled' or 'expected', got {self.branch_continuation!r}")
         if self.branch_continuation != "greedy" and self.branch_worlds:
             raise ValueError("branch_worlds adds greedy-style continuations; it needs branch_continuation='greedy'")
+        if not 0.0 < self.branch_settled <= 1.0:
+            raise ValueError(f"branch_settled must be in (0, 1], got {self.branch_settled}")
+        if self.branch_settled < 1.0 and self.branch_continuation == "greedy":
+            raise ValueError("branch_settled needs the scored move distribution: set branch_continuation to 'sampled' or 'expected'")
         if self.branch_samples < 1:
             raise ValueError(f"branch_samples must be >= 1, got {self.branch_samples}")
         if self.branch_worlds < 0:
@@ -431,11 +437,13 @@ def collect_branches(
         worths = [continuation_values(maze, per_maze[i], config.max_moves, config.branch_gamma, samples, rng)
                   for i, maze in enumerate(mazes)]
         # The greedy walk still says whether the policy's own best guess solves each maze (a metric).
-        greedy_at = [{cell: int(np.argmax(p)) for cell, p in cells.items()} for cells in per_maze]
+        greedy_at = [{cell: (int(np.argmax(p)) if p.max() >= 1.0 - p.sum() else None) for cell, p in cells.items()}
+                     for cells in per_maze]
         togo.append([greedy_moves_to_goal(maze, greedy_at[i], config.max_moves) for i, maze in enumerate(mazes)])
     elapsed = time.perf_counter() - t0
     episodes = []
-    for (i, cell), prompt in zip(anchors, prompts):
+    settled = 0
+    for j, ((i, cell), prompt) in enumerate(zip(anchors, prompts)):
         maze = mazes[i]
         values, moves = [], []
         for k in range(4):
@@ -447,6 +455,9 @@ def collect_branches(
                 values.append(float(np.mean([0.0 if n is None else config.branch_gamma ** (n - 1) for n in ns])))
             moves.append(ns[0])  # the greedy continuation's
         best = max(values)
+        if worths and best > 0 and sum(probs[j][k] for k in range(4) if values[k] == best) >= config.branch_settled:
+            settled += 1
+            continue
         for k in range(4):
             reward = values[k] if config.branch_reward == "value" else float(best > 0 and values[k] == best)
             turn = Turn(prompt_ids=prompt.prompt_ids, response_ids=list(replies[k]), reward=reward, action=k,
@@ -457,6 +468,8 @@ def collect_branches(
                 optimal_moves=0, info={"seed": seed, "size": maze.size, "finish_reasons": ["branch"],
                                        "greedy_solves_start": togo[0][i].get(maze.start) is not None,
                                        "rollout_seconds": elapsed}))
+    for e in episodes:
+        e.info["branch_settled_frac"] = settled / max(1, len(anchors))
     return episodes
 
 
@@ -508,4 +521,6 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "episodes": float(len(episodes)),
         **({"greedy_start_success": float(np.mean([e.info["greedy_solves_start"] for e in episodes]))}
            if all("greedy_solves_start" in e.info for e in episodes) else {}),
+        **({"branch_settled_frac": float(np.mean([e.info["branch_settled_frac"] for e in episodes]))}
+           if all("branch_settled_frac" in e.info for e in episodes) else {}),
     }

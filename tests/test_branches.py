@@ -333,3 +333,32 @@ def test_sampled_branches_score_the_replies_once_and_label_from_their_distributi
         RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="oracle")
     with pytest.raises(ValueError, match="branch_worlds"):
         RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="sampled", branch_worlds=2)
+
+
+def test_settled_cells_are_left_out_and_counted():
+    mazes = _mazes(2, size=7, seed=1)
+    oracle = _oracle_reply(ScriptedGenerator(None).tokenizer)
+    names = ["right", "up", "left", "down"]
+
+    class DistributionGenerator(ScriptedGenerator):
+        def score_replies(self, prompts, replies, temperature=1.0):
+            # 0.9 on the shortest-path move on the first maze's cells, 0.5 on the second's.
+            return [[float(np.log((0.9 if self.first(p) else 0.5) if k == names.index(oracle(0, 0, p)[0].split("<action>")[1].split("<")[0])
+                                  else 0.02)) for k in range(4)] for p in prompts]
+
+    anchors = [int((~m.grid).sum()) - 1 for m in mazes]
+    gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
+    first_prompts = set()
+    gen.first = lambda p: tuple(p.prompt_ids) in first_prompts
+    from runners.rollout import cell_prompts
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32,
+                           branch_continuation="sampled", branch_samples=4, branch_settled=0.8)
+    first_prompts.update(tuple(p.prompt_ids) for p in cell_prompts(mazes[:1], config, gen.encoder)[1])
+    episodes = collect_branches(gen, mazes, config)
+    assert {e.maze_id for e in episodes} == {mazes[1].maze_id} and len(episodes) == 4 * anchors[1]
+    assert rollout_metrics(episodes)["branch_settled_frac"] == pytest.approx(anchors[0] / sum(anchors))
+    # Every cell settled: nothing to train, and the algorithm's update says so instead of failing.
+    config_all = RolloutConfig(**{**config.__dict__, "branch_settled": 0.4})
+    assert collect_branches(gen, mazes, config_all) == []
+    with pytest.raises(ValueError, match="branch_settled"):
+        RolloutConfig(branching=True, state_prompt=True, history="none", branch_settled=0.9)
