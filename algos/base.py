@@ -27,6 +27,8 @@ class AlgorithmConfig:
 
     lr: float = 1e-5
     """AdamW learning rate (LoRA LMs: 1e-5..5e-5; the small MazeNetPolicy: ~1e-3)."""
+    saved_modules_lr: float | None = None
+    """Learning rate of the whole modules a LoRA policy trains inside its adapter (``lora.modules_to_save``, e.g. a vision encoder), whose weights start from a trained module rather than from zero like LoRA's; None = ``lr``."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     warmup_updates: int = 0
@@ -156,13 +158,23 @@ class Algorithm:
             raise ValueError(f"turn_baseline={c.turn_baseline!r}; choose 'episode' or 'turn_index'")
         if c.lr <= 0:
             raise ValueError(f"lr must be positive, got {c.lr}")
+        if c.saved_modules_lr is not None and c.saved_modules_lr <= 0:
+            raise ValueError(f"saved_modules_lr must be positive (or None for lr), got {c.saved_modules_lr}")
         if c.skip_zero_advantage and (cls.needs_value_head or c.kl_coef > 0 or c.entropy_coef != 0):
             raise ValueError("skip_zero_advantage drops turns that a KL, entropy or value term would still train on; "
                              "set skip_zero_advantage=false or kl_coef=0, entropy_coef=0 and a critic-free algorithm")
 
     def param_groups(self, params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
-        """The optimizer's parameter groups (default: one, at ``lr``); PPO gives the critic its own rate."""
-        return [{"params": params}]
+        """The optimizer's parameter groups: one at ``lr``, plus the saved modules' at ``saved_modules_lr`` when set."""
+        if self.config.saved_modules_lr is None:
+            return [{"params": params}]
+        if not hasattr(self.policy, "saved_module_parameters"):
+            raise ValueError(f"saved_modules_lr needs a policy that names the modules trained in full "
+                             f"(saved_module_parameters()); {type(self.policy).__name__} does not: leave it unset")
+        saved = {id(p) for p in self.policy.saved_module_parameters()}
+        groups = [{"params": [p for p in params if id(p) not in saved]},
+                  {"params": [p for p in params if id(p) in saved], "lr": self.config.saved_modules_lr}]
+        return [g for g in groups if g["params"]]
 
     def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-turn advantages [N] (turns in episode order) and optional value targets [N]."""

@@ -84,8 +84,8 @@ class PPO(Algorithm):
             raise ValueError(f"vf_lr needs a policy that names its value head's parameters (value_parameters()); "
                              f"{type(self.policy).__name__} does not: leave vf_lr unset")
         critic = {id(p) for p in self.policy.value_parameters()}
-        return [{"params": [p for p in params if id(p) not in critic]},
-                {"params": [p for p in params if id(p) in critic], "lr": self.config.vf_lr}]
+        return (super().param_groups([p for p in params if id(p) not in critic])
+                + [{"params": [p for p in params if id(p) in critic], "lr": self.config.vf_lr}])
 
     def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None):
         """GAE per episode over turns; value targets are ``advantages + values``."""

@@ -209,3 +209,20 @@ def test_vision_pretraining_updates_only_the_encoder(model_dir):
         loss.backward()
         opt.step()
     assert float(loss) < 0.5 * first
+
+
+def test_the_encoder_trained_inside_the_adapter_can_have_its_own_learning_rate(model_dir):
+    import algos
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+
+    policy = LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(rank=4, alpha=8, modules_to_save=["vision_tower"]), dtype=torch.float32)
+    saved = {id(p) for p in policy.saved_module_parameters()}
+    names = {n for n, p in policy.model.named_parameters() if id(p) in saved}
+    assert names and all("vision_tower" in n and "lora_" not in n for n in names)
+    one = algos.make("grpo", policy, lr=1e-4)
+    assert [g["lr"] for g in one.optimizer.param_groups] == [1e-4]
+    two = algos.make("grpo", policy, lr=1e-4, saved_modules_lr=2e-3)
+    lrs = {g["lr"]: {id(p) for p in g["params"]} for g in two.optimizer.param_groups}
+    assert lrs == {1e-4: {id(p) for p in policy.trainable_parameters()} - saved, 2e-3: saved}
+    with pytest.raises(ValueError, match="saved_modules_lr"):
+        algos.make("grpo", policy, lr=1e-4, saved_modules_lr=0.0)

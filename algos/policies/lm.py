@@ -222,6 +222,10 @@ class LoRALMPolicy:
         """The LoRA adapter's parameters and the critic's, if any (everything else is frozen)."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def saved_module_parameters(self) -> list[nn.Parameter]:
+        """The trainable parameters of the whole modules kept in the adapter (``lora.modules_to_save``)."""
+        return [p for name, p in self.model.named_parameters() if p.requires_grad and ".modules_to_save." in name]
+
     @property
     def device(self) -> torch.device:
         """Device of the model's parameters."""
