@@ -16,6 +16,7 @@ the decoded text. ``success`` counts the task outcome only (no format reward).
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -433,8 +434,10 @@ def collect_branches(
         for (i, cell), p in zip(anchors, probs):
             per_maze[i][cell] = p
         samples = config.branch_samples if config.branch_continuation == "sampled" else None
-        rng = np.random.default_rng([seed, group_offset])
-        worths = [continuation_values(maze, per_maze[i], config.max_moves, config.branch_gamma, samples, rng)
+        # One stream per maze, from its group id and layout: a worker given a slice of a step's
+        # mazes draws the same worlds for them as one process given all.
+        worths = [continuation_values(maze, per_maze[i], config.max_moves, config.branch_gamma, samples,
+                                      np.random.default_rng([group_offset + i, zlib.crc32(maze.maze_id.encode())]))
                   for i, maze in enumerate(mazes)]
         # The greedy walk still says whether the policy's own best guess solves each maze (a metric).
         greedy_at = [{cell: (int(np.argmax(p)) if p.max() >= 1.0 - p.sum() else None) for cell, p in cells.items()}

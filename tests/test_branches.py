@@ -362,3 +362,21 @@ def test_settled_cells_are_left_out_and_counted():
     assert collect_branches(gen, mazes, config_all) == []
     with pytest.raises(ValueError, match="branch_settled"):
         RolloutConfig(branching=True, state_prompt=True, history="none", branch_settled=0.9)
+
+
+def test_sampled_worlds_do_not_depend_on_how_a_step_is_sliced():
+    mazes = _mazes(3, size=7, seed=9)
+    rng = np.random.default_rng(0)
+    table = {}
+
+    class DistributionGenerator(ScriptedGenerator):
+        def score_replies(self, prompts, replies, temperature=1.0):
+            return [table.setdefault(tuple(p.prompt_ids), list(np.log(rng.dirichlet(np.ones(5))[:4]))) for p in prompts]
+
+    gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
+    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, branch_continuation="sampled",
+                           branch_samples=8, branch_reward="value")
+    whole = collect_branches(gen, mazes, config, seed=5, group_offset=30)
+    # A worker holding the last two mazes gets a different env seed and group offset, like play_step_mazes gives it.
+    sliced = collect_branches(gen, mazes[:1], config, seed=5, group_offset=30) + collect_branches(gen, mazes[1:], config, seed=7, group_offset=31)
+    assert [(e.group_id, e.turns[0].reward) for e in whole] == [(e.group_id, e.turns[0].reward) for e in sliced]
