@@ -27,12 +27,19 @@ from mazegym.solver import bfs_distances, next_cell
 from runners.checkpoint import CheckpointManager
 from runners.config import from_dict
 from runners.local import build_generator, find_sft_checkpoint, prepare_base_model, rollout_config, set_threads
-from runners.rollout import SamplingConfig, cell_prompts, greedy_moves_to_goal, moves_at_cells
+from mazegym.llm import format_action
+from runners.rollout import (SamplingConfig, cell_prompts, continuation_values, greedy_moves_to_goal, move_probabilities,
+                             moves_at_cells)
 
 
-def judge(mazes, moves_at, max_moves: int) -> dict[str, float]:
-    """Per-cell figures of one policy's greedy moves (``moves_at[i][cell]``) against BFS."""
+def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
+    """Per-cell figures of one policy's greedy moves (``moves_at[i][cell]``) against BFS.
+
+    The branch labels are the greedy continuation's unless ``worths[i][cell]`` gives each move's
+    worth (:func:`runners.rollout.continuation_values`, the recipe's sampled continuations).
+    """
     optimal, on_path, off_path, labelled, label_optimal, solved = [], [], [], 0, [], 0
+    optimal_per_maze: list = []  # the mazes judged so far (their count indexes ``worths``)
     for maze, moves in zip(mazes, moves_at):
         to_goal = bfs_distances(maze.grid, maze.goal)
         from_start = bfs_distances(maze.grid, maze.start)
@@ -45,13 +52,20 @@ def judge(mazes, moves_at, max_moves: int) -> dict[str, float]:
             ok = move in best
             optimal.append(ok)
             (on_path if from_start[cell] + to_goal[cell] == shortest else off_path).append(ok)
-            # The branching recipe's label at this cell: the moves whose greedy continuation is shortest.
+            if worths is not None:  # the label: the moves worth the most, when any is worth something
+                worth = worths[len(optimal_per_maze)][cell]
+                if worth.max() > 0:
+                    labelled += 1
+                    label_optimal.append(all(k in best for k in range(4) if worth[k] == worth.max()))
+                continue
+            # The greedy recipe's label at this cell: the moves whose greedy continuation is shortest.
             reachable = {k: togo.get(there) for k, there in after.items() if there != cell}  # togo[goal] is 0
             reachable = {k: n for k, n in reachable.items() if n is not None and n + 1 <= max_moves}
             if reachable:
                 labelled += 1
                 top = min(reachable.values())
                 label_optimal.append(all(k in best for k, n in reachable.items() if n == top))
+        optimal_per_maze.append(maze)
     return {"cells": len(optimal), "optimal_frac": float(np.mean(optimal)),
             "on_path_cells": len(on_path), "on_path_optimal_frac": float(np.mean(on_path)) if on_path else float("nan"),
             "off_path_cells": len(off_path), "off_path_optimal_frac": float(np.mean(off_path)) if off_path else float("nan"),
@@ -87,13 +101,24 @@ def main() -> None:
     rollout = rollout_config(config)
     anchors, prompts = cell_prompts(mazes, rollout, generator.encoder)
     greedy = SamplingConfig(max_new_tokens=rollout.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
+    worths = None
+    if rollout.branch_continuation != "greedy":
+        replies = [generator.encoder.tokenize_text(format_action(k)) + [generator.tokenizer.eos_token_id] for k in range(4)]
+        probs = move_probabilities(generator, prompts, replies, rollout.temperature)
+        per_maze = [{} for _ in mazes]
+        for (i, cell), p in zip(anchors, probs):
+            per_maze[i][cell] = p
+        samples = rollout.branch_samples if rollout.branch_continuation == "sampled" else None
+        worths = [continuation_values(maze, per_maze[i], rollout.max_moves, rollout.branch_gamma, samples,
+                                      np.random.default_rng(i)) for i, maze in enumerate(mazes)]
     figures = {"run_dir": str(a.run_dir), "checkpoint": a.checkpoint, "set": set_name,
-               **judge(mazes, moves_at_cells(generator, anchors, prompts, greedy, len(mazes)), rollout.max_moves)}
+               "branch_continuation": rollout.branch_continuation,
+               **judge(mazes, moves_at_cells(generator, anchors, prompts, greedy, len(mazes)), rollout.max_moves, worths)}
     print(f"{a.run_dir} [{a.checkpoint}] on {set_name}: greedy move BFS-optimal at "
           f"{figures['optimal_frac']:.1%} of {figures['cells']} cells "
           f"(on a shortest path {figures['on_path_optimal_frac']:.1%}, off it {figures['off_path_optimal_frac']:.1%}); "
-          f"greedy solves {figures['greedy_solved']}/{figures['mazes']}; branch labels at {figures['labelled_cells']} "
-          f"cells, {figures['labels_optimal_frac']:.1%} of them BFS-optimal")
+          f"greedy solves {figures['greedy_solved']}/{figures['mazes']}; branch labels ({rollout.branch_continuation} "
+          f"continuations) at {figures['labelled_cells']} cells, {figures['labels_optimal_frac']:.1%} of them BFS-optimal")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         tmp = a.json.with_suffix(a.json.suffix + ".tmp")

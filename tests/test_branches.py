@@ -192,6 +192,12 @@ def test_per_cell_judge_counts_optimal_moves_paths_and_branch_labels():
     looping = {(1, 1): RIGHT, (1, 2): DOWN, (2, 2): UP, (3, 2): UP}
     f = judge([maze], [looping], max_moves=10)
     assert f["greedy_solved"] == 0 and f["labelled_cells"] == 1 and f["labels_optimal_frac"] == 1.0
+    # With the recipe's move worths given: labelled where some move is worth something; a tie
+    # with a wrong move counts as a wrong label.
+    worths = [{(1, 1): np.array([0.9, 0.0, 0.0, 0.0]), (1, 2): np.array([1.0, 0.0, 0.0, 0.0]),
+               (2, 2): np.zeros(4), (3, 2): np.array([0.5, 0.5, 0.0, 0.0])}]
+    f = judge([maze], [looping], max_moves=10, worths=worths)
+    assert f["labelled_cells"] == 3 and f["labels_optimal_frac"] == pytest.approx(2 / 3)
 
 
 def test_moves_at_cells_asks_every_open_cell_once():
