@@ -410,6 +410,10 @@ def collect_branches(
     (when any reaches the goal): the four branches are enumerated, not sampled from the policy, so
     an advantage proportional to the values would push up second-best moves (a wall bump that
     wastes one move) nearly as hard as the best one, which measurably lowered the solve rate.
+    With ``branch_continuation="sampled"`` a move's worth is instead its mean over the greedy
+    world and ``branch_samples`` worlds drawn from the policy's move distribution
+    (:func:`continuation_values`), read by one :meth:`Generator.score_replies` call, and cells the
+    policy has settled (``branch_settled``) are left out.
     Only the environment's moves and goal are used; no solver. Group ids are
     ``(group_offset + i) * size**2 + row * size + col`` (unique per run, like :func:`collect_groups`'s).
     Branch turns carry no sampling log-probs (none was sampled): the trainer recomputes them.
