@@ -39,8 +39,7 @@ def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
     worth (:func:`runners.rollout.continuation_values`, the recipe's sampled continuations).
     """
     optimal, on_path, off_path, labelled, label_optimal, solved = [], [], [], 0, [], 0
-    optimal_per_maze: list = []  # the mazes judged so far (their count indexes ``worths``)
-    for maze, moves in zip(mazes, moves_at):
+    for i, (maze, moves) in enumerate(zip(mazes, moves_at)):
         to_goal = bfs_distances(maze.grid, maze.goal)
         from_start = bfs_distances(maze.grid, maze.start)
         shortest = to_goal[maze.start]
@@ -53,7 +52,7 @@ def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
             optimal.append(ok)
             (on_path if from_start[cell] + to_goal[cell] == shortest else off_path).append(ok)
             if worths is not None:  # the label: the moves worth the most, when any is worth something
-                worth = worths[len(optimal_per_maze)][cell]
+                worth = worths[i][cell]
                 if worth.max() > 0:
                     labelled += 1
                     label_optimal.append(all(k in best for k in range(4) if worth[k] == worth.max()))
@@ -65,7 +64,6 @@ def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
                 labelled += 1
                 top = min(reachable.values())
                 label_optimal.append(all(k in best for k, n in reachable.items() if n == top))
-        optimal_per_maze.append(maze)
     return {"cells": len(optimal), "optimal_frac": float(np.mean(optimal)),
             "on_path_cells": len(on_path), "on_path_optimal_frac": float(np.mean(on_path)) if on_path else float("nan"),
             "off_path_cells": len(off_path), "off_path_optimal_frac": float(np.mean(off_path)) if off_path else float("nan"),
