@@ -95,8 +95,11 @@ def _key_problem(directory: Path, rel: Any) -> str | None:
     parts = PurePosixPath(rel).parts
     if rel.startswith(("/", "\\")) or PurePosixPath(rel).is_absolute() or ".." in parts or "\\" in rel or "\x00" in rel:
         return f"manifest key {rel!r} points outside the checkpoint"
-    root = directory.resolve()
-    if not (directory / rel).resolve().is_relative_to(root):
+    try:
+        inside = (directory / rel).resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long for the filesystem
+        return f"manifest key {rel!r} cannot be resolved ({type(exc).__name__})"
+    if not inside:
         return f"manifest key {rel!r} points outside the checkpoint (through a link)"
     return None
 
@@ -126,7 +129,7 @@ def read_manifest(directory: str | Path) -> tuple[dict | None, str | None]:
         return None, "no manifest.json (the checkpoint was never finished)"
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep for json
         return None, f"manifest.json is unreadable ({type(exc).__name__})"
     if not isinstance(manifest, dict):
         return None, f"manifest.json is a {type(manifest).__name__}, not an object"
@@ -161,11 +164,14 @@ def verify(directory: str | Path, required: tuple[str, ...] = REQUIRED_FILES) ->
         path = directory / rel
         if path.is_symlink() or not path.is_file():
             return f"{rel} is missing"
-        size = path.stat().st_size
-        if size != meta["bytes"]:
-            return f"{rel} has {size} bytes, the manifest says {meta['bytes']} (truncated?)"
-        if sha256_file(path) != meta["sha256"]:
-            return f"{rel} does not match its sha256 in the manifest (corrupted)"
+        try:
+            size = path.stat().st_size
+            if size != meta["bytes"]:
+                return f"{rel} has {size} bytes, the manifest says {meta['bytes']} (truncated?)"
+            if sha256_file(path) != meta["sha256"]:
+                return f"{rel} does not match its sha256 in the manifest (corrupted)"
+        except OSError as exc:  # unreadable (permissions, I/O error): broken, not a traceback
+            return f"{rel} is unreadable ({type(exc).__name__}: {exc.strerror or exc})"
     return None
 
 

@@ -184,6 +184,8 @@ def eval_config(args: argparse.Namespace):
             return config
     else:
         config = build_config(args)
+        if (Path(config.run_dir) / "config.json").is_file():  # a real run, evaluated under the named preset
+            return config
     if not args.model:
         validate(config, need_model=False)  # a wrong key or value is the first thing to report
         raise ValueError(f"{config.run_dir} holds no mazegym run (no config.json); train there first, or pass "

@@ -193,7 +193,7 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
         shutil.rmtree(out)
     out.mkdir(parents=True)
     if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
-        metrics.discard(lambda record: record.get("phase") == "sft")
+        discard_sft_records(metrics)
     sftmod.seed_everything(config.sft.seed)
     tokenizer = load_tokenizer(base)
     image_processor = load_image_processor(base)
@@ -265,6 +265,15 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     log(f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
         f"in {info['seconds']:.0f}s -> {target}")
     return target
+
+
+SFT_PHASES = ("vision", "sft")
+"""Metric phases the SFT stage logs (vision pretraining, then SFT); a rerun stage writes them all again."""
+
+
+def discard_sft_records(metrics: MetricsLogger) -> int:
+    """Drop the records of an earlier (unfinished) SFT stage, vision pretraining included; returns how many."""
+    return metrics.discard(lambda record: record.get("phase") in SFT_PHASES)
 
 
 def _step_logger(config: TrainConfig, metrics: MetricsLogger | None, steps: int, desc: str, phase: str,

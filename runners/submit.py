@@ -117,6 +117,16 @@ def never_upload(relative: str) -> str | None:
     return None
 
 
+def link_problem(root: Path, relative: str) -> str | None:
+    """Why ``root/relative`` may not be uploaded although its own name is fine: it is a link to a place outside
+    ``root``, or to a path :data:`NEVER_UPLOAD` matches (the upload copies what a link points to). None when it may."""
+    real = (root / relative).resolve()
+    if not real.is_relative_to(root):
+        return "is a link to a file outside the working dir"
+    pattern = never_upload(real.relative_to(root).as_posix())
+    return f"is a link to a path matching {pattern!r}" if pattern is not None else None
+
+
 def tracked_files(directory: Path) -> list[str]:
     """Files git tracks under ``directory`` (relative paths); ``ValueError`` when it is not in a git checkout."""
     try:
@@ -133,7 +143,8 @@ def upload_files(cfg: SubmitConfig) -> list[str]:
     An include that is missing, outside the working dir, or matches :data:`NEVER_UPLOAD` raises ``ValueError``.
     """
     root = Path(cfg.working_dir).expanduser().resolve()
-    chosen = {name for name in tracked_files(root) if (root / name).is_file() and never_upload(name) is None}
+    chosen = {name for name in tracked_files(root)
+              if (root / name).is_file() and never_upload(name) is None and link_problem(root, name) is None}
     for include in cfg.includes:
         path = (root / include).resolve()
         if not path.is_relative_to(root) or not path.exists():
@@ -142,8 +153,9 @@ def upload_files(cfg: SubmitConfig) -> list[str]:
         for name in names:
             rel = name.relative_to(root).as_posix()
             pattern = never_upload(rel)
-            if pattern is not None:
-                raise ValueError(f"--include {include!r}: {rel} matches {pattern!r}, which is never uploaded "
+            problem = f"matches {pattern!r}" if pattern is not None else link_problem(root, rel)
+            if problem is not None:
+                raise ValueError(f"--include {include!r}: {rel} {problem}, which is never uploaded "
                                  f"(secrets and weights stay on this machine)")
             chosen.add(rel)
     return sorted(chosen)

@@ -443,7 +443,11 @@ def _choice(name: str, value: Any, choices: Any) -> Any:
 
 def _maze_option(maze: Any) -> MazeSpec:
     """``options["maze"]`` as a checked MazeSpec: map characters, integer start and goal, then the layout."""
-    if isinstance(maze, MazeSpec):
+    if isinstance(maze, MazeSpec):  # built directly, so never validated: a start at (-1, 1) would wrap around
+        try:
+            maze.validate()
+        except ValueError as exc:
+            raise ValueError(f"options['maze'] is not a valid maze: {exc}") from exc
         return maze
     if not isinstance(maze, dict):
         raise ValueError(f"options['maze'] must be a MazeSpec or its dict, got {type(maze).__name__}")

@@ -112,3 +112,13 @@ def test_a_good_maze_option_still_works():
     env = VisMazeEnv(size=7, max_moves=20)
     _, info = env.reset(options={"maze": _maze_dict()})
     assert info["optimal_moves"] == 8
+
+
+@pytest.mark.parametrize("start, message", [((-1, 1), "outside the grid"), ((0, 0), "on a wall"), ((5, 5), "differ")])
+def test_a_maze_spec_built_directly_is_checked_too(start, message):
+    spec = MazeSpec.from_dict(_maze_dict())
+    bad = MazeSpec(grid=spec.grid, start=start, goal=spec.goal)  # the constructor does not validate
+    env = VisMazeEnv(size=7, max_moves=20)
+    with pytest.raises(ValueError, match=f"options\\['maze'\\].*{message}"):
+        env.reset(options={"maze": bad})
+    env.reset(options={"maze": spec})

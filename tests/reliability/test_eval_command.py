@@ -70,3 +70,19 @@ def test_eval_refuses_a_dir_that_holds_no_run(tmp_path, calls, capsys):
     assert main(["eval", "--run-dir", str(missing)]) == 2
     assert "holds no mazegym run" in capsys.readouterr().err
     assert not missing.exists() and not calls
+
+
+def test_eval_with_a_preset_still_evaluates_the_run(tmp_path, calls, capsys):
+    run = _run(tmp_path)
+    model = tmp_path / "model"
+    assert main(["eval", "--preset", "cpu-tiny", "--run-dir", str(run), f"model.path={model}", "sft.enabled=never"]) == 0
+    assert calls["adapter"] == run / "checkpoints" / "step_000002" / "adapter"
+    assert calls["config"].rollout.max_moves == get_preset("cpu-tiny").rollout.max_moves  # the preset replaced the run's
+    assert "Evaluated checkpoint" in capsys.readouterr().out
+
+
+def test_eval_with_a_preset_refuses_a_dir_that_holds_no_run(tmp_path, calls, capsys):
+    missing = tmp_path / "nothing"
+    assert main(["eval", "--preset", "cpu-tiny", "--run-dir", str(missing)]) == 2
+    assert "holds no mazegym run" in capsys.readouterr().err
+    assert not missing.exists() and not calls

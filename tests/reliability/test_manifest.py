@@ -97,3 +97,45 @@ def test_unreadable_manifest_bytes_are_broken(tmp_path):
     (path / MANIFEST).write_bytes(b"\xff\xfe{")
     assert "unreadable" in verify(path)
     assert manager.latest_valid() is None
+
+
+def test_a_manifest_nested_too_deep_for_json_is_broken_not_a_traceback(tmp_path):
+    messages = []
+    manager = CheckpointManager(tmp_path, keep=5, log=messages.append)
+    good = _save(manager, 1)
+    bad = _save(manager, 2)
+    (bad / MANIFEST).write_text('{"files": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert "unreadable (RecursionError)" in verify(bad)
+    assert manager.latest_valid() == good
+    assert any("step_000002: broken, skipped: " in m for m in messages), messages
+
+
+def test_a_key_naming_a_symlink_loop_is_broken_not_a_traceback(tmp_path):
+    manager = CheckpointManager(tmp_path, log=lambda m: None)
+    path = _save(manager, 1)
+    (path / "loop").symlink_to(path / "loop")
+
+    def add(manifest):
+        manifest["files"]["loop/x"] = {"sha256": "0" * 64, "bytes": 1}
+        return manifest
+
+    _rewrite_manifest(path, add)
+    assert isinstance(verify(path), str)
+    assert manager.latest_valid() is None
+
+
+def test_an_unreadable_file_is_broken_not_a_traceback(tmp_path, monkeypatch):
+    messages = []
+    manager = CheckpointManager(tmp_path, keep=5, log=messages.append)
+    good = _save(manager, 1)
+    _save(manager, 2)
+    real = ckpt.sha256_file
+
+    def eio(path, *args):
+        if "step_000002" in str(path):
+            raise OSError(5, "Input/output error")
+        return real(path, *args)
+
+    monkeypatch.setattr(ckpt, "sha256_file", eio)
+    assert manager.latest_valid() == good
+    assert any("step_000002: broken, skipped: " in m and "unreadable" in m for m in messages), messages

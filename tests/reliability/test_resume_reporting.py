@@ -129,3 +129,16 @@ def test_resume_logs_the_record_of_a_step_killed_between_its_checkpoint_and_its_
     assert [r["step"] for r in rl] == [1, 2, 3, 4]
     assert rl[1]["train/loss"] == 7.0
     assert any("logged RL step 2's record from its checkpoint" in m for m in messages), messages
+
+
+def test_a_rerun_sft_stage_drops_its_vision_pretraining_records_too(tmp_path):
+    from runners.local import discard_sft_records
+
+    metrics = MetricsLogger(tmp_path, tensorboard=False)
+    for phase in ("vision", "sft"):
+        metrics.log(1, {"loss": 1.0}, phase=phase)
+    metrics.log(1, {"loss": 1.0}, phase="rl")
+    assert discard_sft_records(metrics) == 2  # what run_sft does first: the stage redoes both phases
+    metrics.log(1, {"loss": 2.0}, phase="vision")
+    metrics.close()
+    assert [(r["phase"], r["loss"]) for r in read_jsonl(tmp_path / "metrics.jsonl")] == [("rl", 1.0), ("vision", 2.0)]

@@ -96,3 +96,21 @@ def test_token_is_never_sent_in_clear_text_to_another_host(address):
 def test_token_may_go_to_loopback_or_over_https(address):
     submit.check_token_transport(address, "tok")
     submit.check_token_transport("http://10.0.0.5:8265", None)  # no token, nothing to protect
+
+
+def test_links_to_secrets_or_outside_files_are_never_uploaded(checkout, tmp_path):
+    (tmp_path / "home_netrc").write_text("machine x password y")
+    (checkout / "docs").mkdir()
+    (checkout / "docs" / "notes.txt").symlink_to(tmp_path / "home_netrc")  # tracked link to a file outside
+    (checkout / "docs" / "model.txt").symlink_to(checkout / "model.pt")  # tracked link to weights
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["add", "docs"], check=True)
+    subprocess.run(git + ["commit", "-qm", "links"], check=True)
+    assert submit.upload_files(submit.SubmitConfig(working_dir=str(checkout))) == sorted(SOURCE)
+    (checkout / "extra" / "creds.txt").symlink_to(checkout / ".ssh" / "id_rsa")
+    with pytest.raises(ValueError, match="creds.txt is a link to a path matching"):
+        submit.upload_files(submit.SubmitConfig(working_dir=str(checkout), includes=["extra"]))
+    (checkout / "extra" / "creds.txt").unlink()
+    (checkout / "extra" / "out.txt").symlink_to(tmp_path / "home_netrc")
+    with pytest.raises(ValueError, match="out.txt is a link to a file outside"):
+        submit.upload_files(submit.SubmitConfig(working_dir=str(checkout), includes=["extra"]))
