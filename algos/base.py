@@ -32,7 +32,11 @@ class AlgorithmConfig:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     warmup_updates: int = 0
-    """Linear learning-rate warmup over this many calls to ``update`` (then constant)."""
+    """Linear learning-rate warmup over this many calls to ``update`` (then constant, or decaying with ``decay_updates``)."""
+    decay_updates: int = 0
+    """After warmup, decay the learning rate linearly to ``final_lr_ratio`` x ``lr`` over this many calls to ``update``, then hold it there (0 = no decay)."""
+    final_lr_ratio: float = 0.1
+    """Where ``decay_updates`` ends, as a fraction of ``lr``."""
     epochs: int = 1
     """Passes over each batch of experience (>1 reuses samples; the clip keeps it safe)."""
     minibatch_size: int = 0
@@ -125,12 +129,19 @@ class Algorithm:
             raise ValueError("the policy has no trainable parameters")
         self.optimizer = torch.optim.AdamW(self.param_groups(params), lr=self.config.lr,
                                            weight_decay=self.config.weight_decay)
-        warmup = max(self.config.warmup_updates, 0)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         self.num_updates = 0
         self.generator = torch.Generator().manual_seed(self.config.seed)
+
+    def lr_factor(self, updates: int) -> float:
+        """The learning-rate multiplier after ``updates`` calls to :meth:`update`: linear warmup, then optional linear decay."""
+        c = self.config
+        if c.warmup_updates > 0 and updates < c.warmup_updates:
+            return (updates + 1) / c.warmup_updates
+        if c.decay_updates <= 0:
+            return 1.0
+        progress = min(1.0, (updates - max(c.warmup_updates, 0)) / c.decay_updates)
+        return 1.0 - progress * (1.0 - c.final_lr_ratio)
 
     # ----------------------------------------------------------------- hooks for subclasses
     def validate_config(self) -> None:
@@ -158,6 +169,8 @@ class Algorithm:
             raise ValueError(f"turn_baseline={c.turn_baseline!r}; choose 'episode' or 'turn_index'")
         if c.lr <= 0:
             raise ValueError(f"lr must be positive, got {c.lr}")
+        if c.decay_updates < 0 or not 0.0 <= c.final_lr_ratio <= 1.0:
+            raise ValueError(f"decay_updates must be >= 0 and final_lr_ratio in [0, 1], got {c.decay_updates} and {c.final_lr_ratio}")
         if c.saved_modules_lr is not None and c.saved_modules_lr <= 0:
             raise ValueError(f"saved_modules_lr must be positive (or None for lr), got {c.saved_modules_lr}")
         if c.skip_zero_advantage and (cls.needs_value_head or c.kl_coef > 0 or c.entropy_coef != 0):

@@ -227,6 +227,20 @@ def test_state_dict_round_trip_resumes_identically():
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def test_lr_schedule_warms_up_then_decays_linearly_to_its_floor():
+    policy = MazeNetPolicy(GRID)
+    algo = algos.make("grpo", policy, lr=1e-2, warmup_updates=2, decay_updates=4, final_lr_ratio=0.2)
+    # warmup 1/2, 2/2; then 1 - k/4 * 0.8 for k = 0..4; then held at 0.2
+    expected = [0.5, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2]
+    assert [algo.lr_factor(n) for n in range(9)] == pytest.approx(expected)
+    assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(0.5e-2)
+    for _ in range(5):
+        algo.update(make_episodes(policy, seed=0))
+    assert algo.optimizer.param_groups[0]["lr"] == pytest.approx(0.4e-2)  # after 5 updates: factor at n=5
+    with pytest.raises(ValueError, match="final_lr_ratio"):
+        algos.make("grpo", policy, final_lr_ratio=1.5)
+
+
 @pytest.mark.parametrize("episode_mean, expected", [(False, 0.6), (True, 0.0)])
 def test_episode_mean_weights_episodes_not_turns(episode_mean, expected):
     """A 1-turn win and a 4-turn loss: per turn, GRPO's loss leans on the loss's 4 turns; per episode it balances."""
