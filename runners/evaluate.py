@@ -221,7 +221,7 @@ def evaluate_set(generator: Any, set_name: str, rollout: RolloutConfig, temperat
     if temperature <= 0:
         episodes = evaluate_mazes(generator, mazes, config, seed=seed)
     else:
-        episodes = play_episodes(generator, mazes, config, 1, seed=seed)
+        episodes = play_episodes(generator, mazes, config, 1, seed=seed, keep_images=False)
     summary = eval_summary(set_name, episodes, config, temperature)
     return (summary, episodes) if return_episodes else summary
 

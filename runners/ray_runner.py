@@ -445,7 +445,7 @@ class RolloutTrainWorker:
         with local.vision_iterations_for(self.generator, c, set_name):
             if c.eval.temperature <= 0:
                 return evaluate_mazes(self.generator, mazes, rollout, seed=start)
-            return play_episodes(self.generator, mazes, rollout, 1, seed=start)
+            return play_episodes(self.generator, mazes, rollout, 1, seed=start, keep_images=False)
 
     def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict,
                         run_id: str | None = None) -> str | None:

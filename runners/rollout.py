@@ -161,8 +161,9 @@ def agent_state(info: dict[str, Any]) -> str:
     return "" if agent is None else f"{int(agent[0])},{int(agent[1])}"
 
 
-def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt, result: Any) -> None:
-    """Parse one reply, step the env (or spend an invalid move) and record the turn."""
+def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt, result: Any,
+          keep_images: bool = True) -> None:
+    """Parse one reply, step the env (or spend an invalid move) and record the turn (its images only with ``keep_images``)."""
     text = _printable(result.text)
     state = agent_state(play.info)
     # A backend that hands back something other than text gave no reply: parse the original, not str() of it.
@@ -181,13 +182,17 @@ def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt
             reward=float(reward),
             action=action,
             valid=valid,
-            images=list(prompt.images),
+            images=list(prompt.images) if keep_images else [],
             text=text,
             state=state,
         )
     )
     play.episode.info["finish_reasons"].append(result.finish_reason)
-    play.history.append((current_user, text))
+    # Past turns are kept only as far as the prompts will show them: each holds a frame.
+    if config.history == "full" or (config.history == "last_k" and config.history_k > 0):
+        play.history.append((current_user, text))
+        if config.history == "last_k":
+            del play.history[:-config.history_k]
     play.obs, play.info = _own_images(obs), info
     if terminated or truncated:
         play.done = True
@@ -213,10 +218,13 @@ def play_episodes(
     weights_version: int | None = None,
     seed: int = 0,
     group_offset: int = 0,
+    keep_images: bool = True,
 ) -> list[Episode]:
     """Play ``group_size`` episodes of every maze in lock step; one generate call per turn.
 
-    Episodes of maze ``i`` get ``group_id = group_offset + i``. Returned in group order.
+    Episodes of maze ``i`` get ``group_id = group_offset + i``. Returned in group order. Without
+    ``keep_images`` the turns hold no frames (evaluation: nothing trains on them, and 64 plays of
+    50 moves on 13x13 frames would hold ~1 GB).
     """
     encoder = encoder if encoder is not None else generator.encoder  # type: ignore[attr-defined]
     version = generator.adapter_version if weights_version is None else int(weights_version)
@@ -249,7 +257,7 @@ def play_episodes(
         if len(results) != len(prompts):
             raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
         for play, current, prompt, result in zip(active, users, prompts, results):
-            _step(play, config, current, prompt, result)
+            _step(play, config, current, prompt, result, keep_images)
         turn += 1
     elapsed = time.perf_counter() - t0
     for play in plays:
@@ -506,9 +514,9 @@ def evaluate_mazes(
     encoder: ChatEncoder | None = None,
     seed: int = 0,
 ) -> list[Episode]:
-    """One greedy (temperature 0) episode per maze, for evaluation; group_id = maze index."""
+    """One greedy (temperature 0) episode per maze, for evaluation; group_id = maze index; the turns keep no frames."""
     greedy = RolloutConfig(**{**config.__dict__, "temperature": 0.0, "group_size": 1})
-    return play_episodes(generator, mazes, greedy, 1, encoder, None, seed, 0)
+    return play_episodes(generator, mazes, greedy, 1, encoder, None, seed, 0, keep_images=False)
 
 
 def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:

@@ -205,3 +205,17 @@ def test_tiny_vlm_episodes_carry_images(tmp_path_factory):
             assert all(im.shape == (175, 175, 3) and im.dtype == np.uint8 for im in t.images)
             assert sum(tok == gen.image_token_id for tok in t.prompt_ids) == 16 * len(t.images)
             assert np.allclose(gen.score(t.prompt_ids, t.response_ids, t.images), t.logprobs, atol=1e-4)
+
+
+def test_evaluation_keeps_no_frames_and_prompts_match_training_plays(tmp_path_factory):
+    """Greedy evaluation drops each turn's frames (nothing trains on them) without changing a single prompt or move."""
+    gen = HFGenerator(build_tiny_vlm(tmp_path_factory.mktemp("m") / "vlm"))
+    mazes = _mazes(2)
+    for history in ("last_k", "none"):
+        config = RolloutConfig(max_moves=4, max_new_tokens=6, obs_mode="image", history=history, history_k=1)
+        kept = collect_groups(gen, mazes, RolloutConfig(**{**config.__dict__, "temperature": 0.0, "group_size": 1}))
+        evaluated = evaluate_mazes(gen, mazes, config)
+        assert all(t.images for e in kept for t in e.turns)
+        assert all(t.images == [] for e in evaluated for t in e.turns)
+        assert [[(t.prompt_ids, t.response_ids) for t in e.turns] for e in evaluated] == \
+            [[(t.prompt_ids, t.response_ids) for t in e.turns] for e in kept]
