@@ -17,7 +17,8 @@
   positive-only reinforcement (``algo.negative_weight=0``; the turns left with a zero advantage
   are skipped, ``algo.skip_zero_advantage=true``, and so are cells whose best move the policy
   already writes with probability >= 0.9, ``rollout.branch_settled=0.9``), 3 passes over each step's
-  turns (``algo.epochs=3``), lr 1e-3, 10 minutes. Its measured lift is in the README ("The main job").
+  turns (``algo.epochs=3``), lr 1e-3, 120 RL steps (about 10 minutes on 2 cores; stopped at 15 minutes
+  on a slower machine). Its measured lift is in the README ("The main job").
 * ``cpu-tiny-vlm``: the text recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,
@@ -78,7 +79,7 @@ def cpu_maze_vlm() -> TrainConfig:
         "algo.name=grpo", "algo.lr=1e-3", "algo.minibatch_size=128", "algo.micro_batch_size=128",
         "algo.old_logprobs=recompute", "algo.minibatch_groups=true", "algo.negative_weight=0",
         "algo.skip_zero_advantage=true", "algo.filter_zero_variance=true", "algo.episode_mean=true", "algo.epochs=3",
-        "loop.steps=200", "loop.mazes_per_step=64", "loop.num_threads=1", "loop.max_minutes=10",
+        "loop.steps=120", "loop.mazes_per_step=64", "loop.num_threads=1", "loop.max_minutes=15",
         "eval.every=5", "checkpoint.every=10", "checkpoint.keep=2",
     ])
 
