@@ -20,4 +20,4 @@ class LoRAConfig:
     exclude_vision: bool = True
     """Never put LoRA on the vision tower (vLLM ignores it there)."""
     modules_to_save: list[str] = field(default_factory=list)
-    """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM whose encoder must learn too. The vLLM backend cannot serve such adapters."""
+    """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM whose encoder must learn too. The vLLM backend serves such adapters for MazeVLM only (its encoder runs beside the engine)."""

@@ -393,6 +393,17 @@ def _set_algo_param(algo: AlgoConfig, name: str, value: Any) -> None:
     algo.params[name] = coerce(value, _resolve_type(cls, name), f"algo.{name}")
 
 
+def _is_maze_vlm(path: str) -> bool:
+    """True when ``path`` is a local MazeVLM model directory (its config.json names the model type)."""
+    from algos.models.maze_vlm import MODEL_TYPE
+
+    config = Path(path).expanduser() / "config.json" if path else None
+    try:
+        return config is not None and config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
+    except (OSError, ValueError):
+        return False
+
+
 def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
     """Apply ``key=value`` strings in order (e.g. ``rollout.group_size=8``)."""
     for item in overrides:
@@ -554,8 +565,10 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         raise ConfigError("rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or rollout.obs_mode=text")
     if not config.model.path and config.model.tiny == "maze-vlm" and config.rollout.obs_mode != "image":
         raise ConfigError("model.tiny=maze-vlm reads the maze image only; set rollout.obs_mode=image")
-    if config.lora.modules_to_save and config.loop.backend == "vllm":
-        raise ConfigError("lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load; use loop.backend=hf or leave it empty")
+    maze_vlm = (not config.model.path and config.model.tiny == "maze-vlm") or _is_maze_vlm(config.model.path)
+    if config.lora.modules_to_save and config.loop.backend == "vllm" and not (maze_vlm and config.lora.modules_to_save == ["vision_tower"]):
+        raise ConfigError("lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's "
+                          "vision_tower excepted: its encoder runs beside the engine); use loop.backend=hf or leave it empty")
     if not 0.0 <= config.sft.random_starts <= 1.0:
         raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")
     for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):

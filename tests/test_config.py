@@ -137,3 +137,14 @@ def test_algorithm_specific_checks_run_without_a_policy():
     cfg = C.apply_overrides(get_preset("cpu-tiny"), ["algo.name=gigpo", "algo.turn_credit=true"])
     with pytest.raises(C.ConfigError, match="gigpo already credits turns"):
         C.validate(cfg)
+
+
+def test_vllm_serves_modules_trained_in_full_only_for_maze_vlm_encoders():
+    base = get_preset("cpu-maze-vlm")
+    C.validate(C.apply_overrides(base, ["loop.backend=vllm"]), need_model=False)  # vision_tower beside the engine
+    with pytest.raises(C.ConfigError, match="modules_to_save"):
+        C.validate(C.apply_overrides(base, ["loop.backend=vllm", "lora.modules_to_save=vision_tower,multi_modal_projector"]),
+                 need_model=False)
+    with pytest.raises(C.ConfigError, match="modules_to_save"):
+        C.validate(C.apply_overrides(get_preset("cpu-tiny-vlm"), ["loop.backend=vllm", "lora.modules_to_save=visual"]),
+                 need_model=False)

@@ -2,7 +2,9 @@
 
 * Prompts go in as token ids (``TokensPrompt``), with ``multi_modal_data={"image": [...]}``
   for images (vision-language models; on CPU machines vLLM's VLMs need torchvision, which the
-  CPU torch build cannot load -- text models only there).
+  CPU torch build cannot load -- text models only there). MazeVLM, whose vision encoder is not
+  a vLLM model, goes in as embeddings instead: its encoder runs in this process and vLLM runs
+  its decoder (:mod:`runners.generation.vision_embeds`), on CPU and GPU alike.
 * LoRA: every :meth:`VLLMGenerator.load_adapter` creates a ``LoRARequest`` with a *new* integer
   id, so vLLM can never serve a cached older adapter under the same id; the previous adapter
   is removed from the engine. The new adapter is loaded eagerly, so a broken adapter fails
@@ -24,12 +26,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 from runners.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
 from runners.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer, to_pil
+from runners.generation.vision_embeds import PromptEmbedder, needs_prompt_embeds, split_adapter, write_decoder_model
 
 
 def vllm_available() -> bool:
@@ -100,9 +105,18 @@ class VLLMGenerator:
         on_cpu = self.on_cpu = _on_cpu()
         if on_cpu and kv_cache_gib is not None:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(max(1, kv_cache_gib))))
+        self.embedder: PromptEmbedder | None = None
+        self.workdir: Path | None = None
+        served = self.model_path
+        if needs_prompt_embeds(self.model_path):
+            self.workdir = Path(tempfile.mkdtemp(prefix="mazegym-vllm-"))
+            served = str(write_decoder_model(self.model_path, self.workdir / "decoder"))
+            self.embedder = PromptEmbedder(self.model_path, self.image_processor, self.image_token_id,
+                                           device="cpu" if on_cpu else "cuda")
+            engine_kwargs.setdefault("enable_prompt_embeds", True)
         kwargs: dict[str, Any] = dict(
-            model=self.model_path,
-            tokenizer=self.model_path,
+            model=served,
+            tokenizer=served,
             dtype=dtype,
             enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
             enable_lora=enable_lora,
@@ -114,7 +128,7 @@ class VLLMGenerator:
             kwargs.update(max_lora_rank=supported_max_lora_rank(max_lora_rank), max_loras=1)
         if not on_cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        if self.image_processor is not None:
+        if self.image_processor is not None and self.embedder is None:
             kwargs["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
         kwargs.update(engine_kwargs)
         self.llm = LLM(**kwargs)
@@ -136,6 +150,8 @@ class VLLMGenerator:
             except Exception:  # already down
                 pass
             self.llm = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ------------------------------------------------------------------ adapters
     def load_adapter(self, path: str | Path, version: int) -> None:
@@ -152,13 +168,21 @@ class VLLMGenerator:
         check_adapter(self.model_path, path)
         from vllm.lora.request import LoRARequest
 
-        request = LoRARequest(f"adapter-v{int(version)}", self._next_lora_id, str(path.resolve()))
+        served, vision = path, None
+        if self.embedder is not None:  # the decoder's LoRA to vLLM, the encoder trained in full to the embedder
+            served = self.workdir / f"lora-{self._next_lora_id}"
+            vision = self.embedder.vision_weights(split_adapter(path, served))
+        request = LoRARequest(f"adapter-v{int(version)}", self._next_lora_id, str(served.resolve()))
         self._next_lora_id += 1
         engine = self.llm.llm_engine
         if not engine.add_lora(request):
             raise RuntimeError(f"vLLM refused to load the adapter at {path}")
+        if vision is not None:
+            self.embedder.load_vision(vision)
         if self.lora_request is not None:
             engine.remove_lora(self.lora_request.lora_int_id)
+            if self.embedder is not None:
+                shutil.rmtree(self.lora_request.lora_path, ignore_errors=True)
         self.lora_request = request
         self.adapter_version = int(version)
         self.adapter_path = str(path)
@@ -201,7 +225,8 @@ class VLLMGenerator:
             warnings.warn("vllm backend: with top_p < 1 or top_k > 0 the recorded log-probs are renormalised over the kept tokens and differ from log_softmax(logits / T)")
             self._warned_top_p = True
         params = [self._sampling_params(sampling, i) for i in range(len(prompts))]
-        outputs = self.llm.generate([self._inputs(p) for p in prompts], params, lora_request=self.lora_request, use_tqdm=False)
+        items = self.embedder.engine_prompts(prompts) if self.embedder is not None else [self._inputs(p) for p in prompts]
+        outputs = self.llm.generate(items, params, lora_request=self.lora_request, use_tqdm=False)
         return [self._result(out.outputs[0]) for out in outputs]
 
     def _result(self, completion: Any) -> GenerationResult:
@@ -214,18 +239,33 @@ class VLLMGenerator:
     # ------------------------------------------------------------------ scoring
     def score(self, prompt_ids: list[int], response_ids: list[int], images: list[Any] | None = None) -> list[float]:
         """Teacher-forced log-probs (T = 1) of ``response_ids`` via ``prompt_logprobs``."""
+        return self._score_batch([Prompt(list(prompt_ids), list(images or []))], [list(response_ids)])[0]
+
+    def _score_batch(self, prompts: list[Prompt], responses: list[list[int]]) -> list[list[float]]:
+        """Teacher-forced log-probs (T = 1) of ``responses[i]`` after ``prompts[i]``, all in one engine call."""
+        if not prompts:
+            return []
         params = self._sampling_params(SamplingConfig(max_new_tokens=1, temperature=0.0), 0, prompt_logprobs=0, logprobs=None)
-        item = self._inputs(Prompt(list(prompt_ids) + list(response_ids), list(images or [])))
-        out = self.llm.generate([item], [params], lora_request=self.lora_request, use_tqdm=False)[0]
-        seq = list(prompt_ids) + list(response_ids)
-        start = len(prompt_ids)
-        return [_token_logprob(out.prompt_logprobs[i], seq[i]) for i in range(start, len(seq))]
+        if self.embedder is not None:
+            items = self.embedder.engine_prompts(prompts, responses)
+        else:
+            items = [self._inputs(Prompt(list(p.prompt_ids) + list(r), list(p.images))) for p, r in zip(prompts, responses)]
+        outs = self.llm.generate(items, [params] * len(items), lora_request=self.lora_request, use_tqdm=False)
+        scores = []
+        for prompt, response, out in zip(prompts, responses, outs):
+            seq, start = list(prompt.prompt_ids) + list(response), len(prompt.prompt_ids)
+            scores.append([_token_logprob(out.prompt_logprobs[i], seq[i]) for i in range(start, len(seq))])
+        return scores
 
     def score_replies(self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
-        """Log-prob of each whole candidate reply after each prompt (temperature 1 only: ``prompt_logprobs`` are unscaled)."""
+        """Log-prob of each whole candidate reply after each prompt, in one engine call (temperature 1 only:
+        ``prompt_logprobs`` are unscaled)."""
         if temperature != 1.0:
             raise ValueError(f"the vLLM backend scores replies at temperature 1 only, got {temperature}")
-        return [[sum(self.score(p.prompt_ids, reply, p.images)) for reply in replies] for p in prompts]
+        pairs = [(p, list(r)) for p in prompts for r in replies]
+        flat = self._score_batch([p for p, _ in pairs], [r for _, r in pairs])
+        k = len(replies)
+        return [[sum(flat[i * k + j]) for j in range(k)] for i in range(len(prompts))]
 
 
 def _eos_ids(model_path: str, tokenizer) -> list[int]:
