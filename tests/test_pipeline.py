@@ -40,7 +40,7 @@ def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
     assert 19 <= before <= 52, f"SFT start should be imperfect (30-80%), got {before}/64"
     # A real lift, read from the mean of the last four evaluations (one evaluation swings by +-4 mazes):
     # at least 6 more of the 64 fixed mazes solved greedily than the SFT start (the main job's evaluations at
-    # steps 5, 10 and 15 read +7 to +8, +12 to +14 and +15 to +20 on three seeds).
+    # steps 5, 10 and 15 read +7 to +12, +12 to +14 and +12 to +20 on three seeds).
     records = read_jsonl(run / "metrics.jsonl", phase="rl")
     evals = [round(64 * r["eval/solve_rate"]) for r in records if "eval/solve_rate" in r]
     assert len(evals) == RL_STEPS // EVAL_EVERY
