@@ -8,7 +8,8 @@ mazes instead: the honest contrast, a small transformer that barely moves. After
 
     python examples/10_train_from_python.py [--rl-minutes 5] [--preset cpu-tiny] [--run-dir DIR]
 
-About 12 minutes on 2 CPU cores with the defaults (vision pretraining and SFT ~6-7, RL 5).
+About 7 minutes on 2 CPU cores with the defaults (vision pretraining and SFT ~2, RL 5 of the main
+job's ~10).
 """
 
 import argparse

@@ -30,12 +30,23 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file, fsync, rename); creates parent directories."""
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename); creates parent directories.
+
+    The file gets the permissions a plain ``open(path, "w")`` would give (mkstemp's are owner-only).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -97,7 +108,10 @@ def replace_dir(new: Path, final: Path) -> None:
 
 
 def temp_dir_beside(final: Path) -> Path:
-    """A fresh hidden directory next to ``final`` (same filesystem, so the final rename is atomic)."""
+    """A fresh hidden directory next to ``final`` (same filesystem, so the final rename is atomic), with the
+    permissions a plain ``mkdir`` would give (mkdtemp's are owner-only)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp.", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp.", dir=final.parent))
+    tmp.chmod(0o777 & ~_umask())
+    return tmp

@@ -131,3 +131,17 @@ def test_cli_export_reports_the_refusal(tmp_path, capsys):
     assert main(["export", "--run-dir", config.run_dir, "sft.enabled=never", "--out", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
     assert (out / "notes.txt").is_file()
+
+
+def test_atomic_files_and_dirs_get_the_permissions_plain_ones_would(tmp_path):
+    """mkstemp/mkdtemp create owner-only entries; what a user reads (reports, results, adapters) must not be."""
+    old = os.umask(0o022)
+    try:
+        atomic.write_text(tmp_path / "report.html", "<html></html>")
+        staged = atomic.temp_dir_beside(tmp_path / "final_adapter")
+        (tmp_path / "plain.txt").write_text("x")
+        (tmp_path / "plain_dir").mkdir()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "report.html").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o644
+    assert staged.stat().st_mode & 0o777 == (tmp_path / "plain_dir").stat().st_mode & 0o777 == 0o755
