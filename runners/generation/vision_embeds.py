@@ -161,5 +161,17 @@ class PromptEmbedder:
         """vLLM mixed embeddings prompts (ids, mask, rows) for ``prompts``, each followed by ``extra_ids[i]`` when given."""
         ids = [list(p.prompt_ids) + (list(extra_ids[i]) if extra_ids else []) for i, p in enumerate(prompts)]
         rows = self.embeddings(ids, [list(p.images) for p in prompts])
-        return [{"prompt_embeds": r, "prompt_token_ids": i, "prompt_is_token_ids": [t != self.image_token_id for t in i]}
-                for r, i in zip(rows, ids)]
+        return [self._item(r, i) for r, i in zip(rows, ids)]
+
+    @torch.no_grad()
+    def engine_prompts_with_replies(self, prompts: list[Prompt], replies: list[list[int]]) -> list[dict[str, Any]]:
+        """One engine prompt per (prompt, reply) pair, prompt-major; each prompt's images are encoded once."""
+        rows = self.embeddings([list(p.prompt_ids) for p in prompts], [list(p.images) for p in prompts])
+        embed = self.model.get_input_embeddings()
+        reply_rows = [embed(torch.tensor(r, dtype=torch.long, device=self.device)).float().cpu() for r in replies]
+        return [self._item(torch.cat([row, extra]), list(p.prompt_ids) + list(r))
+                for p, row in zip(prompts, rows) for r, extra in zip(replies, reply_rows)]
+
+    def _item(self, rows: torch.Tensor, ids: list[int]) -> dict[str, Any]:
+        """A mixed embeddings prompt: token ids, the mask of real-token positions, one row per position."""
+        return {"prompt_embeds": rows, "prompt_token_ids": ids, "prompt_is_token_ids": [t != self.image_token_id for t in ids]}

@@ -171,7 +171,11 @@ class VLLMGenerator:
         served, vision = path, None
         if self.embedder is not None:  # the decoder's LoRA to vLLM, the encoder trained in full to the embedder
             served = self.workdir / f"lora-{self._next_lora_id}"
-            vision = self.embedder.vision_weights(split_adapter(path, served))
+            try:
+                vision = self.embedder.vision_weights(split_adapter(path, served))
+            except BaseException:
+                shutil.rmtree(served, ignore_errors=True)
+                raise
         request = LoRARequest(f"adapter-v{int(version)}", self._next_lora_id, str(served.resolve()))
         self._next_lora_id += 1
         engine = self.llm.llm_engine
@@ -241,14 +245,15 @@ class VLLMGenerator:
         """Teacher-forced log-probs (T = 1) of ``response_ids`` via ``prompt_logprobs``."""
         return self._score_batch([Prompt(list(prompt_ids), list(images or []))], [list(response_ids)])[0]
 
-    def _score_batch(self, prompts: list[Prompt], responses: list[list[int]]) -> list[list[float]]:
-        """Teacher-forced log-probs (T = 1) of ``responses[i]`` after ``prompts[i]``, all in one engine call."""
+    def _score_batch(self, prompts: list[Prompt], responses: list[list[int]], items: list[Any] | None = None) -> list[list[float]]:
+        """Teacher-forced log-probs (T = 1) of ``responses[i]`` after ``prompts[i]``, all in one engine call
+        (``items``: the engine prompts of those pairs, when the caller built them already)."""
         if not prompts:
             return []
         params = self._sampling_params(SamplingConfig(max_new_tokens=1, temperature=0.0), 0, prompt_logprobs=0, logprobs=None)
-        if self.embedder is not None:
+        if items is None and self.embedder is not None:
             items = self.embedder.engine_prompts(prompts, responses)
-        else:
+        elif items is None:
             items = [self._inputs(Prompt(list(p.prompt_ids) + list(r), list(p.images))) for p, r in zip(prompts, responses)]
         outs = self.llm.generate(items, [params] * len(items), lora_request=self.lora_request, use_tqdm=False)
         scores = []
@@ -263,7 +268,8 @@ class VLLMGenerator:
         if temperature != 1.0:
             raise ValueError(f"the vLLM backend scores replies at temperature 1 only, got {temperature}")
         pairs = [(p, list(r)) for p in prompts for r in replies]
-        flat = self._score_batch([p for p, _ in pairs], [r for _, r in pairs])
+        items = self.embedder.engine_prompts_with_replies(prompts, replies) if self.embedder is not None else None
+        flat = self._score_batch([p for p, _ in pairs], [r for _, r in pairs], items)
         k = len(replies)
         return [[sum(flat[i * k + j]) for j in range(k)] for i in range(len(prompts))]
 
