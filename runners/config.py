@@ -393,13 +393,14 @@ def _set_algo_param(algo: AlgoConfig, name: str, value: Any) -> None:
     algo.params[name] = coerce(value, _resolve_type(cls, name), f"algo.{name}")
 
 
-def _is_maze_vlm(path: str) -> bool:
-    """True when ``path`` is a local MazeVLM model directory (its config.json names the model type)."""
-    from algos.models.maze_vlm import MODEL_TYPE
+def _served_through_prompt_embeds(config: TrainConfig) -> bool:
+    """True when vLLM would serve the configured model through prompt embeddings (MazeVLM: the tiny one or a local dir)."""
+    if not config.model.path:
+        return config.model.tiny == "maze-vlm"
+    from runners.generation.vision_embeds import needs_prompt_embeds
 
-    config = Path(path).expanduser() / "config.json" if path else None
     try:
-        return config is not None and config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
+        return needs_prompt_embeds(Path(config.model.path).expanduser())
     except (OSError, ValueError):
         return False
 
@@ -565,8 +566,8 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         raise ConfigError("rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or rollout.obs_mode=text")
     if not config.model.path and config.model.tiny == "maze-vlm" and config.rollout.obs_mode != "image":
         raise ConfigError("model.tiny=maze-vlm reads the maze image only; set rollout.obs_mode=image")
-    maze_vlm = (not config.model.path and config.model.tiny == "maze-vlm") or _is_maze_vlm(config.model.path)
-    if config.lora.modules_to_save and config.loop.backend == "vllm" and not (maze_vlm and config.lora.modules_to_save == ["vision_tower"]):
+    if config.lora.modules_to_save and config.loop.backend == "vllm" and not (
+            config.lora.modules_to_save == ["vision_tower"] and _served_through_prompt_embeds(config)):
         raise ConfigError("lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's "
                           "vision_tower excepted: its encoder runs beside the engine); use loop.backend=hf or leave it empty")
     if not 0.0 <= config.sft.random_starts <= 1.0:

@@ -8,7 +8,7 @@ encoder and projector computed by :class:`PromptEmbedder` and the text rows from
 own token embeddings. Because the token ids travel with the embeddings, vLLM can also return
 ``prompt_logprobs`` (teacher-forced scoring). A PEFT adapter that trains the encoder inside it
 (``modules_to_save=vision_tower``) is split: the decoder's LoRA tensors go to vLLM as a LoRA
-request, the encoder's weights into :class:`PromptEmbedder` (:meth:`PromptEmbedder.load_adapter`).
+request, the encoder's weights into :class:`PromptEmbedder` (:meth:`PromptEmbedder.load_vision`).
 """
 
 from __future__ import annotations
@@ -40,18 +40,17 @@ def needs_prompt_embeds(model_path: str | Path) -> bool:
     return config.is_file() and json.loads(config.read_text()).get("model_type") in PROMPT_EMBEDS_MODEL_TYPES
 
 
-def write_decoder_model(model_path: str | Path, out_dir: str | Path) -> Path:
-    """Write the language model of ``model_path`` as a ``Qwen2ForCausalLM`` directory vLLM can load; returns it."""
+def write_decoder_model(model: torch.nn.Module, model_path: str | Path, out_dir: str | Path) -> Path:
+    """Write the language model of ``model`` (loaded from ``model_path``, whose tokenizer files are copied) as a
+    ``Qwen2ForCausalLM`` directory vLLM can load; returns it."""
     from safetensors.torch import save_file
-    from transformers import AutoModelForImageTextToText
 
     model_path, out_dir = Path(model_path), Path(out_dir)
-    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
     config = model.config.to_dict()
     for key in ("vision_config", "image_token_id", "auto_map", "_name_or_path", "transformers_version"):
         config.pop(key, None)
     config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], tie_word_embeddings=False)
-    state = {k: v.contiguous() for k, v in model.state_dict().items() if k.startswith(("model.", "lm_head."))}
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith(("model.", "lm_head."))}
 
     def write(tmp: Path) -> None:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})

@@ -110,9 +110,9 @@ class VLLMGenerator:
         served = self.model_path
         if needs_prompt_embeds(self.model_path):
             self.workdir = Path(tempfile.mkdtemp(prefix="mazegym-vllm-"))
-            served = str(write_decoder_model(self.model_path, self.workdir / "decoder"))
             self.embedder = PromptEmbedder(self.model_path, self.image_processor, self.image_token_id,
                                            device="cpu" if on_cpu else "cuda")
+            served = str(write_decoder_model(self.embedder.model, self.model_path, self.workdir / "decoder"))
             engine_kwargs.setdefault("enable_prompt_embeds", True)
         kwargs: dict[str, Any] = dict(
             model=served,
