@@ -227,7 +227,9 @@ def whiten(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
 
 
 def episode_weights(episodes: Sequence[Episode]) -> torch.Tensor:
-    """Per-turn factor ``mean_turns / turns_of_its_episode``, turns in episode order: every episode then carries the same total weight."""
+    """Per-turn factor ``mean_turns / turns_of_its_episode``, turns in episode order: every episode then carries the
+    same total weight.
+    """
     counts = torch.tensor([len(ep.turns) for ep in episodes if ep.turns], dtype=torch.float32)
     if counts.numel() == 0:
         return torch.zeros(0)

@@ -28,13 +28,19 @@ class AlgorithmConfig:
     lr: float = 1e-5
     """AdamW learning rate (LoRA LMs: 1e-5..5e-5; the small MazeNetPolicy: ~1e-3)."""
     saved_modules_lr: float | None = None
-    """Learning rate of the whole modules a LoRA policy trains inside its adapter (``lora.modules_to_save``, e.g. a vision encoder), whose weights start from a trained module rather than from zero like LoRA's; None = ``lr``."""
+    """Learning rate of the whole modules a LoRA policy trains inside its adapter (``lora.modules_to_save``, e.g. a
+    vision encoder), whose weights start from a trained module rather than from zero like LoRA's; None = ``lr``.
+    """
     weight_decay: float = 0.0
     """AdamW weight decay."""
     warmup_updates: int = 0
-    """Linear learning-rate warmup over this many calls to ``update`` (then constant, or decaying with ``decay_updates``)."""
+    """Linear learning-rate warmup over this many calls to ``update`` (then constant, or decaying with
+    ``decay_updates``).
+    """
     decay_updates: int = 0
-    """After warmup, decay the learning rate linearly to ``final_lr_ratio`` x ``lr`` over this many calls to ``update``, then hold it there (0 = no decay)."""
+    """After warmup, decay the learning rate linearly to ``final_lr_ratio`` x ``lr`` over this many calls to
+    ``update``, then hold it there (0 = no decay).
+    """
     final_lr_ratio: float = 0.1
     """Where ``decay_updates`` ends, as a fraction of ``lr``."""
     epochs: int = 1
@@ -42,11 +48,22 @@ class AlgorithmConfig:
     minibatch_size: int = 0
     """Turns (rows) per optimizer step; 0 = the whole batch in one step."""
     negative_weight: float = 1.0
-    """Scale of negative advantages (1 = the algorithm's own estimator; 0 = learn only from better-than-average replies, like rejection-sampling fine-tuning; between, W-REINFORCE's weighting of negative samples, Zhu et al. 2025)."""
+    """Scale of negative advantages (1 = the algorithm's own estimator; 0 = learn only from better-than-average
+    replies, like rejection-sampling fine-tuning; between, W-REINFORCE's weighting of negative samples, Zhu et al.
+    2025).
+    """
     minibatch_groups: bool = False
-    """Cut minibatches from whole groups in shuffled group order (each holds at least minibatch_size turns, the last may hold fewer), so the turns of a group share an optimizer step: where they share tokens (the enumerated replies of branching rollouts share all but the move), their opposite advantages cancel on those tokens instead of pushing them up and down in different steps."""
+    """Cut minibatches from whole groups in shuffled group order (each holds at least minibatch_size turns, the last
+    may hold fewer), so the turns of a group share an optimizer step: where they share tokens (the enumerated
+    replies of branching rollouts share all but the move), their opposite advantages cancel on those tokens instead
+    of pushing them up and down in different steps.
+    """
     skip_zero_advantage: bool = False
-    """Train only on turns whose advantage (after ``episode_mean`` and ``negative_weight``) is non-zero: the others carry no policy gradient, so skipping them before scoring saves their forward and backward passes (with ``negative_weight=0``, most of a branching batch). Minibatches then hold ``minibatch_size`` contributing turns. Needs a loss with no KL, entropy or value term."""
+    """Train only on turns whose advantage (after ``episode_mean`` and ``negative_weight``) is non-zero: the others
+    carry no policy gradient, so skipping them before scoring saves their forward and backward passes (with
+    ``negative_weight=0``, most of a branching batch). Minibatches then hold ``minibatch_size`` contributing turns.
+    Needs a loss with no KL, entropy or value term.
+    """
     micro_batch_size: int = 0
     """Turns per forward/backward inside a minibatch (gradient accumulation); 0 = minibatch."""
     clip_eps_low: float = 0.2
@@ -64,19 +81,28 @@ class AlgorithmConfig:
     loss_agg: str = "seq-mean-token-mean"
     """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum-norm (a row = one turn)."""
     max_len: int | None = None
-    """Constant normaliser for seq-mean-token-sum-norm (your generation budget); None = longest response in the batch."""
+    """Constant normaliser for seq-mean-token-sum-norm (your generation budget); None = longest response in the batch.
+    """
     old_logprobs: str = "recompute"
-    """Where the ratio's denominator comes from: "recompute" (trainer forward before the update; robust to sampler/trainer numeric mismatch) or "rollout" (``Turn.logprobs``)."""
+    """Where the ratio's denominator comes from: "recompute" (trainer forward before the update; robust to
+    sampler/trainer numeric mismatch) or "rollout" (``Turn.logprobs``).
+    """
     turn_credit: bool = False
     """Credit each turn with its discounted return-to-go instead of the whole episode return."""
     gamma: float = 1.0
     """Discount for turn-level credit (and GAE)."""
     turn_baseline: str = "episode"
-    """Turn-level credit baseline: "episode" (group stats of whole-episode returns; unbiased) or "turn_index" (group stats at the same turn index; lower variance, biased when the policy controls episode length, verl#7244)."""
+    """Turn-level credit baseline: "episode" (group stats of whole-episode returns; unbiased) or "turn_index" (group
+    stats at the same turn index; lower variance, biased when the policy controls episode length, verl#7244).
+    """
     filter_zero_variance: bool = False
     """Drop groups whose returns are all equal before the update (DAPO dynamic sampling)."""
     episode_mean: bool = False
-    """Weight episodes, not turns, equally: scale each turn's advantage by ``mean_turns / its episode's turns`` (:func:`algos.advantages.episode_weights`), the multi-turn analogue of seq-mean. Without it a long failed episode outweighs a short solved one and the update pushes down the moves all episodes share, mostly the correct ones."""
+    """Weight episodes, not turns, equally: scale each turn's advantage by ``mean_turns / its episode's turns``
+    (:func:`algos.advantages.episode_weights`), the multi-turn analogue of seq-mean. Without it a long failed
+    episode outweighs a short solved one and the update pushes down the moves all episodes share, mostly the correct
+    ones.
+    """
     seed: int = 0
     """Seed of the minibatch shuffling generator."""
 
@@ -127,14 +153,17 @@ class Algorithm:
         params = list(policy.trainable_parameters())
         if not params:
             raise ValueError("the policy has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(self.param_groups(params), lr=self.config.lr,
-                                           weight_decay=self.config.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.param_groups(params), lr=self.config.lr, weight_decay=self.config.weight_decay
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         self.num_updates = 0
         self.generator = torch.Generator().manual_seed(self.config.seed)
 
     def lr_factor(self, updates: int) -> float:
-        """The learning-rate multiplier after ``updates`` calls to :meth:`update`: linear warmup, then optional linear decay."""
+        """The learning-rate multiplier after ``updates`` calls to :meth:`update`: linear warmup, then optional linear
+        decay.
+        """
         c = self.config
         if c.warmup_updates > 0 and updates < c.warmup_updates:
             return (updates + 1) / c.warmup_updates
@@ -170,26 +199,36 @@ class Algorithm:
         if c.lr <= 0:
             raise ValueError(f"lr must be positive, got {c.lr}")
         if c.decay_updates < 0 or not 0.0 <= c.final_lr_ratio <= 1.0:
-            raise ValueError(f"decay_updates must be >= 0 and final_lr_ratio in [0, 1], got {c.decay_updates} and {c.final_lr_ratio}")
+            raise ValueError(
+                f"decay_updates must be >= 0 and final_lr_ratio in [0, 1], got {c.decay_updates} and {c.final_lr_ratio}"
+            )
         if c.saved_modules_lr is not None and c.saved_modules_lr <= 0:
             raise ValueError(f"saved_modules_lr must be positive (or None for lr), got {c.saved_modules_lr}")
         if c.skip_zero_advantage and (cls.needs_value_head or c.kl_coef > 0 or c.entropy_coef != 0):
-            raise ValueError("skip_zero_advantage drops turns that a KL, entropy or value term would still train on; "
-                             "set skip_zero_advantage=false or kl_coef=0, entropy_coef=0 and a critic-free algorithm")
+            raise ValueError(
+                "skip_zero_advantage drops turns that a KL, entropy or value term would still train on; "
+                "set skip_zero_advantage=false or kl_coef=0, entropy_coef=0 and a critic-free algorithm"
+            )
 
     def param_groups(self, params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
         """The optimizer's parameter groups: one at ``lr``, plus the saved modules' at ``saved_modules_lr`` when set."""
         if self.config.saved_modules_lr is None:
             return [{"params": params}]
         if not hasattr(self.policy, "saved_module_parameters"):
-            raise ValueError(f"saved_modules_lr needs a policy that names the modules trained in full "
-                             f"(saved_module_parameters()); {type(self.policy).__name__} does not: leave it unset")
+            raise ValueError(
+                f"saved_modules_lr needs a policy that names the modules trained in full "
+                f"(saved_module_parameters()); {type(self.policy).__name__} does not: leave it unset"
+            )
         saved = {id(p) for p in self.policy.saved_module_parameters()}
-        groups = [{"params": [p for p in params if id(p) not in saved]},
-                  {"params": [p for p in params if id(p) in saved], "lr": self.config.saved_modules_lr}]
+        groups = [
+            {"params": [p for p in params if id(p) not in saved]},
+            {"params": [p for p in params if id(p) in saved], "lr": self.config.saved_modules_lr},
+        ]
         return [g for g in groups if g["params"]]
 
-    def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def compute_advantages(
+        self, episodes: Sequence[Episode], values: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-turn advantages [N] (turns in episode order) and optional value targets [N]."""
         raise NotImplementedError
 
@@ -197,7 +236,9 @@ class Algorithm:
         """The per-episode values zero-variance filtering compares within a group (default: returns)."""
         return torch.tensor([ep.episode_return for ep in episodes], dtype=torch.float64)
 
-    def group_relative_advantages(self, episodes: Sequence[Episode], estimator: str, norm_by_std: bool = True) -> torch.Tensor:
+    def group_relative_advantages(
+        self, episodes: Sequence[Episode], estimator: str, norm_by_std: bool = True
+    ) -> torch.Tensor:
         """Shared by GRPO/Dr.GRPO/DAPO/RLOO: episode-level advantages broadcast to turns, or
         turn-level credit (:func:`algos.advantages.turn_level_advantages`) when enabled."""
         group_ids = torch.tensor([ep.group_id for ep in episodes])
@@ -205,8 +246,11 @@ class Algorithm:
             if estimator == "rloo":
                 raise ValueError("turn_credit is implemented for the grpo-style estimators, not rloo")
             per_ep = adv_lib.turn_level_advantages(
-                [[t.reward for t in ep.turns] for ep in episodes], group_ids.tolist(),
-                gamma=self.config.gamma, norm_by_std=norm_by_std, baseline=self.config.turn_baseline,
+                [[t.reward for t in ep.turns] for ep in episodes],
+                group_ids.tolist(),
+                gamma=self.config.gamma,
+                norm_by_std=norm_by_std,
+                baseline=self.config.turn_baseline,
             )
             return torch.cat(per_ep) if per_ep else torch.zeros(0)
         returns = torch.tensor([ep.episode_return for ep in episodes])
@@ -214,17 +258,31 @@ class Algorithm:
             ep_adv = adv_lib.rloo_advantages(returns, group_ids)
         else:
             ep_adv = adv_lib.grpo_advantages(returns, group_ids, norm_by_std=norm_by_std)
-        return torch.cat([ep_adv[i].repeat(len(ep.turns)) for i, ep in enumerate(episodes)]) if episodes else torch.zeros(0)
+        return (
+            torch.cat([ep_adv[i].repeat(len(ep.turns)) for i, ep in enumerate(episodes)])
+            if episodes
+            else torch.zeros(0)
+        )
 
-    def compute_loss(self, out: PolicyOutput, batch: dict[str, torch.Tensor], totals: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+    def compute_loss(
+        self, out: PolicyOutput, batch: dict[str, torch.Tensor], totals: dict[str, float]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """Policy loss (+ KL, - entropy) on one micro-batch; PPO adds its value loss."""
         c = self.config
         length = out.logprobs.shape[1]
         mask = out.mask
-        agg_kw = dict(agg=c.loss_agg, max_len=totals["max_len"], total_tokens=totals["tokens"], total_seqs=totals["seqs"])
+        agg_kw = dict(
+            agg=c.loss_agg, max_len=totals["max_len"], total_tokens=totals["tokens"], total_seqs=totals["seqs"]
+        )
         loss, metrics = losses.ppo_clip_loss(
-            out.logprobs, batch["old_logprobs"][:, :length], batch["advantages"], mask,
-            eps_low=c.clip_eps_low, eps_high=c.clip_eps_high, dual_clip=c.dual_clip, **agg_kw,
+            out.logprobs,
+            batch["old_logprobs"][:, :length],
+            batch["advantages"],
+            mask,
+            eps_low=c.clip_eps_low,
+            eps_high=c.clip_eps_high,
+            dual_clip=c.dual_clip,
+            **agg_kw,
         )
         # Keys in ADDITIVE_METRICS are this micro-batch's share of the minibatch value.
         metrics["pg_loss"] = loss.item()
@@ -248,7 +306,8 @@ class Algorithm:
         batch: dict[str, torch.Tensor] = {"mask": response_mask(turns, length)}
         rollout = rollout_logprobs(turns, length)
         need_forward = c.old_logprobs == "recompute" or self.policy.has_value_head
-        # The batch stays on the CPU (the policy may run on a GPU); each micro-batch moves its rows to the policy's device.
+        # The batch stays on the CPU (the policy may run on a GPU); each micro-batch moves its rows to the
+        # policy's device.
         if need_forward:
             outs = [self.policy.evaluate(chunk) for chunk in self._chunks(turns)]
             recomputed = _cat_padded([o.logprobs.detach().cpu() for o in outs], length)
@@ -316,7 +375,9 @@ class Algorithm:
         mb_size = c.minibatch_size or len(index)
         for _ in range(c.epochs):
             if c.minibatch_groups:
-                minibatches = self._group_minibatches(index, [episodes[int(owner[i])].group_id for i in turns_idx], mb_size)
+                minibatches = self._group_minibatches(
+                    index, [episodes[int(owner[i])].group_id for i in turns_idx], mb_size
+                )
             else:
                 order = index[torch.randperm(len(index), generator=self.generator)]
                 minibatches = [order[start : start + mb_size] for start in range(0, len(order), mb_size)]
@@ -330,12 +391,21 @@ class Algorithm:
         metrics.update({k: v / steps for k, v in sums.items()})
         metrics["loss"] = metrics.pop("total_loss")
         metrics.setdefault("entropy", float("nan"))
-        metrics.update(num_turns=float(len(turns_idx)), num_tokens=float(batch["mask"].sum().item()),
-                       optimizer_steps=float(steps), lr=self.scheduler.get_last_lr()[0], skipped=0.0)
+        metrics.update(
+            num_turns=float(len(turns_idx)),
+            num_tokens=float(batch["mask"].sum().item()),
+            optimizer_steps=float(steps),
+            lr=self.scheduler.get_last_lr()[0],
+            skipped=0.0,
+        )
         return metrics
 
-    def _weighted_advantages(self, episodes: list[Episode], values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The algorithm's per-turn advantages with ``episode_mean`` and ``negative_weight`` applied, and its value targets."""
+    def _weighted_advantages(
+        self, episodes: list[Episode], values: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The algorithm's per-turn advantages with ``episode_mean`` and ``negative_weight`` applied, and its value
+        targets.
+        """
         c = self.config
         advantages, value_targets = self.compute_advantages(episodes, values)
         if c.episode_mean:
@@ -358,7 +428,9 @@ class Algorithm:
                 current = []
         return minibatches + ([torch.tensor(current)] if current else [])
 
-    def _optimizer_step(self, turns: list[Turn], batch: dict[str, torch.Tensor], rows: torch.Tensor, max_len: int) -> dict[str, float]:
+    def _optimizer_step(
+        self, turns: list[Turn], batch: dict[str, torch.Tensor], rows: torch.Tensor, max_len: int
+    ) -> dict[str, float]:
         """Gradient accumulation over micro-batches of ``rows``, then one clipped step."""
         c = self.config
         mask = batch["mask"][rows]
@@ -386,13 +458,25 @@ class Algorithm:
         return sums
 
     def clip_gradients(self) -> float:
-        """Clip the gradients before an optimizer step (:meth:`Strategy.clip_gradients`); returns the norm before clipping."""
+        """Clip the gradients before an optimizer step (:meth:`Strategy.clip_gradients`); returns the norm before
+        clipping.
+        """
         return self.strategy.clip_gradients(self)
 
     def _skipped(self, metrics: dict[str, float]) -> dict[str, float]:
         """Metrics for an update with nothing to train on (e.g. every group filtered out)."""
-        metrics.update(loss=0.0, pg_loss=0.0, clip_frac=0.0, approx_kl=0.0, grad_norm=0.0,
-                       entropy=float("nan"), num_turns=0.0, num_tokens=0.0, optimizer_steps=0.0, skipped=1.0)
+        metrics.update(
+            loss=0.0,
+            pg_loss=0.0,
+            clip_frac=0.0,
+            approx_kl=0.0,
+            grad_norm=0.0,
+            entropy=float("nan"),
+            num_turns=0.0,
+            num_tokens=0.0,
+            optimizer_steps=0.0,
+            skipped=1.0,
+        )
         if self.config.kl_coef > 0:
             metrics["kl"] = 0.0
         return metrics

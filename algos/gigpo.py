@@ -58,9 +58,18 @@ class GiGPO(Algorithm):
 
     def filter_returns(self, episodes: Sequence[Episode]) -> torch.Tensor:
         """Discounted returns from the start: equal only when the group has no signal at either level."""
-        return torch.stack([adv_lib.discounted_returns_to_go([t.reward for t in ep.turns], self.config.gamma)[0]
-                            if ep.turns else torch.tensor(0.0, dtype=torch.float64) for ep in episodes]) \
-            if episodes else torch.zeros(0, dtype=torch.float64)
+        return (
+            torch.stack(
+                [
+                    adv_lib.discounted_returns_to_go([t.reward for t in ep.turns], self.config.gamma)[0]
+                    if ep.turns
+                    else torch.tensor(0.0, dtype=torch.float64)
+                    for ep in episodes
+                ]
+            )
+            if episodes
+            else torch.zeros(0, dtype=torch.float64)
+        )
 
     def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None):
         """``A_episode + step_weight * A_step`` per turn, turns in episode order."""
@@ -69,7 +78,8 @@ class GiGPO(Algorithm):
             [[t.reward for t in ep.turns] for ep in episodes],
             [[t.state for t in ep.turns] for ep in episodes],
             [ep.group_id for ep in episodes],
-            gamma=self.config.gamma, norm_by_std=self.config.norm_by_std,
+            gamma=self.config.gamma,
+            norm_by_std=self.config.norm_by_std,
         )
         step = torch.cat(step_level) if step_level else torch.zeros(0)
         return episode_level + self.config.step_weight * step, None

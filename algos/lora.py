@@ -1,4 +1,4 @@
-"""The LoRA adapter settings: one torch-free type shared by the policy (``algos.policies.lm``) and the runners' config."""
+"""The LoRA adapter settings: one torch-free type for the policy (``algos.policies.lm``) and the runners' config."""
 
 from __future__ import annotations
 
@@ -20,4 +20,7 @@ class LoRAConfig:
     exclude_vision: bool = True
     """Never put LoRA on the vision tower (vLLM ignores it there)."""
     modules_to_save: list[str] = field(default_factory=list)
-    """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM whose encoder must learn too. The vLLM backend serves such adapters for MazeVLM only (its encoder runs beside the engine)."""
+    """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM
+    whose encoder must learn too. The vLLM backend serves such adapters for MazeVLM only (its encoder runs beside
+    the engine).
+    """

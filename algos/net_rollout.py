@@ -56,8 +56,14 @@ def play_mazes(
             env = VisMazeEnv(size=size, max_moves=max_moves, **kwargs)
             o, info = env.reset(options={"maze": maze})
             envs.append(env)
-            episodes.append(Episode(group_id=g, maze_id=maze.maze_id, optimal_moves=int(info["optimal_moves"]),
-                                    weights_version=weights_version))
+            episodes.append(
+                Episode(
+                    group_id=g,
+                    maze_id=maze.maze_id,
+                    optimal_moves=int(info["optimal_moves"]),
+                    weights_version=weights_version,
+                )
+            )
             obs.append(o)
             masks.append(info["action_mask"])
             agent.append(info["agent"])
@@ -69,9 +75,14 @@ def play_mazes(
         still = []
         for k, i in enumerate(active):
             a = int(actions[k])
-            turn = Turn(response_ids=[a], logprobs=[float(logps[k])], action=a, value=float(values[k]),
-                        observation=policy.turn_observation(obs[i], masks[i] if use_action_mask else None),
-                        state=f"{int(agent[i][0])},{int(agent[i][1])}")
+            turn = Turn(
+                response_ids=[a],
+                logprobs=[float(logps[k])],
+                action=a,
+                value=float(values[k]),
+                observation=policy.turn_observation(obs[i], masks[i] if use_action_mask else None),
+                state=f"{int(agent[i][0])},{int(agent[i][1])}",
+            )
             o, reward, terminated, truncated, info = envs[i].step(a)
             turn.reward = float(reward)
             episodes[i].turns.append(turn)

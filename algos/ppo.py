@@ -66,8 +66,10 @@ class PPO(Algorithm):
         """PPO additionally needs a value head."""
         super().validate_config()
         if not getattr(self.policy, "has_value_head", False):
-            raise ValueError(f"ppo needs a policy with a value head; {type(self.policy).__name__} has none "
-                             "(use a critic-free algorithm such as 'grpo')")
+            raise ValueError(
+                f"ppo needs a policy with a value head; {type(self.policy).__name__} has none "
+                "(use a critic-free algorithm such as 'grpo')"
+            )
 
     @classmethod
     def check_config(cls, c: PPOConfig) -> None:
@@ -81,11 +83,14 @@ class PPO(Algorithm):
         if self.config.vf_lr is None:
             return super().param_groups(params)
         if not hasattr(self.policy, "value_parameters"):
-            raise ValueError(f"vf_lr needs a policy that names its value head's parameters (value_parameters()); "
-                             f"{type(self.policy).__name__} does not: leave vf_lr unset")
+            raise ValueError(
+                f"vf_lr needs a policy that names its value head's parameters (value_parameters()); "
+                f"{type(self.policy).__name__} does not: leave vf_lr unset"
+            )
         critic = {id(p) for p in self.policy.value_parameters()}
-        return (super().param_groups([p for p in params if id(p) not in critic])
-                + [{"params": [p for p in params if id(p) in critic], "lr": self.config.vf_lr}])
+        return super().param_groups([p for p in params if id(p) not in critic]) + [
+            {"params": [p for p in params if id(p) in critic], "lr": self.config.vf_lr}
+        ]
 
     def compute_advantages(self, episodes: Sequence[Episode], values: torch.Tensor | None):
         """GAE per episode over turns; value targets are ``advantages + values``."""

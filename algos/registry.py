@@ -86,9 +86,7 @@ def make_config(name: str, config: Any = None, **overrides: Any) -> Any:
     valid = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(overrides) - set(valid))
     if unknown:
-        raise TypeError(
-            f"unknown config key(s) {unknown} for algorithm {name!r}; valid keys: {', '.join(valid)}"
-        )
+        raise TypeError(f"unknown config key(s) {unknown} for algorithm {name!r}; valid keys: {', '.join(valid)}")
     if config is None:
         config = cls()
     elif not isinstance(config, cls):

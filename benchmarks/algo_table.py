@@ -30,6 +30,25 @@ ALGOS = ["grpo", "ppo", "rloo", "dr_grpo", "dapo", "gigpo"]
 # zero-variance filter (a GRPO setting) is turned off; DAPO's dynamic sampling *is* that filter, and its
 # clip-higher (0.2/0.28) and token-mean loss are DAPOConfig's defaults; GiGPO needs nothing extra.
 ALGO_OVERRIDES = {"ppo": ["algo.filter_zero_variance=false"], "dapo": ["algo.filter_zero_variance=true"]}
+# On the default preset PPO cannot use branching rollouts (its critic is trained on whole plays, and
+# validation refuses the pair), so it plays the preset's 20-move episodes instead; a step then holds
+# ~17 turns per episode instead of one per branch, so it plays 8 mazes x 8 rollouts instead of 64 mazes
+# (about 20 s per step on one core instead of ~170 s) and every turn is kept (no zero-advantage skipping).
+PRESET_ALGO_OVERRIDES = {
+    ("cpu-maze-vlm", "ppo"): [
+        "rollout.branching=false",
+        "algo.skip_zero_advantage=false",
+        "algo.filter_zero_variance=false",
+        "loop.mazes_per_step=8",
+    ],
+}
+
+
+def algo_overrides(preset: str, algo: str) -> list[str]:
+    """The settings ``algo`` needs beyond ``preset``'s (applied before the table's own overrides)."""
+    return [*ALGO_OVERRIDES.get(algo, []), *PRESET_ALGO_OVERRIDES.get((preset, algo), [])]
+
+
 SMOKE = ["sft.steps=20", "loop.mazes_per_step=2", "rollout.group_size=2", "eval.every=1"]
 SMOKE_STEPS = 2
 
@@ -46,8 +65,11 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def run_child(args: list[str], log: Path) -> dict:
     """Run ``python -m runners.cli ARGS`` with this tree on PYTHONPATH; returns exit code, wall s, peak RSS MB."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     cmd = [sys.executable, "-m", "runners.cli", *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     start, t0 = time.time(), time.perf_counter()
@@ -56,8 +78,13 @@ def run_child(args: list[str], log: Path) -> dict:
         # wait4 on this pid gives this child's own rusage; RUSAGE_CHILDREN would be the max over all runs.
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"cmd": cmd, "rc": proc.returncode, "start": start, "wall_s": time.perf_counter() - t0,
-            "peak_rss_mb": usage.ru_maxrss / 1024}  # Linux reports ru_maxrss in KiB
+    return {
+        "cmd": cmd,
+        "rc": proc.returncode,
+        "start": start,
+        "wall_s": time.perf_counter() - t0,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }  # Linux reports ru_maxrss in KiB
 
 
 def read_run(run_dir: Path, bench: dict) -> dict:
@@ -99,14 +126,21 @@ def aggregate(runs: list[dict], threshold: float = 0.95) -> list[dict]:
         mine = [r for r in runs if r["algo"] == algo]
         ok = [r for r in mine if r["rc"] == 0 and r["after"] is not None]
         hits = [h for h in (to_threshold(r["curve"], threshold) for r in ok) if h is not None]
-        rows.append({"algo": algo, "seeds": [r["seed"] for r in mine], "finished": len(ok),
-                     "failed": [r["seed"] for r in mine if r not in ok],
-                     "before": spread([r["before"] for r in ok if r["before"] is not None]),
-                     "after": spread([r["after"] for r in ok]),
-                     "reached": len(hits), "steps_to_threshold": spread([h[0] for h in hits]),
-                     "seconds_to_threshold": spread([h[1] for h in hits]),
-                     "wall_s": spread([r["wall_s"] for r in mine]),
-                     "peak_rss_mb": spread([r["peak_rss_mb"] for r in mine])})
+        rows.append(
+            {
+                "algo": algo,
+                "seeds": [r["seed"] for r in mine],
+                "finished": len(ok),
+                "failed": [r["seed"] for r in mine if r not in ok],
+                "before": spread([r["before"] for r in ok if r["before"] is not None]),
+                "after": spread([r["after"] for r in ok]),
+                "reached": len(hits),
+                "steps_to_threshold": spread([h[0] for h in hits]),
+                "seconds_to_threshold": spread([h[1] for h in hits]),
+                "wall_s": spread([r["wall_s"] for r in mine]),
+                "peak_rss_mb": spread([r["peak_rss_mb"] for r in mine]),
+            }
+        )
     return rows
 
 
@@ -121,20 +155,26 @@ def fmt(s: dict | None, scale: float = 1.0, digits: int = 1, unit: str = "") -> 
 def markdown(rows: list[dict], meta: dict) -> str:
     """The table as Markdown, with the command and settings that produced it."""
     thr = f"{meta['threshold']:.0%}"
-    lines = [f"# Algorithm table: preset `{meta['preset']}`", "",
-             f"Command: `{meta['command']}`  ",
-             f"SFT start: `{meta['sft']}`; overrides: `{' '.join(meta['overrides'])}`  ",
-             f"Greedy solve rate on the preset's eval set; mean (min-max, sd) over finished seeds. {meta['date']}", "",
-             f"| algo | seeds ok | before RL | after RL | steps to {thr} | wall to {thr} | wall per run | peak RSS |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Algorithm table: preset `{meta['preset']}`",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"SFT start: `{meta['sft']}`; overrides: `{' '.join(meta['overrides'])}`  ",
+        f"Greedy solve rate on the preset's eval set; mean (min-max, sd) over finished seeds. {meta['date']}",
+        "",
+        f"| algo | seeds ok | before RL | after RL | steps to {thr} | wall to {thr} | wall per run | peak RSS |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ok = f"{r['finished']}/{len(r['seeds'])}" + (f" (failed: {r['failed']})" if r["failed"] else "")
         steps = fmt(r["steps_to_threshold"])
         reach = "not reached" if not r["reached"] else f"{steps} ({r['reached']}/{r['finished']} seeds)"
         secs = "not reached" if not r["reached"] else fmt(r["seconds_to_threshold"], 1 / 60, 1, " min")
-        lines.append(f"| {r['algo']} | {ok} | {fmt(r['before'], 100, 1, '%')} | {fmt(r['after'], 100, 1, '%')} | "
-                     f"{reach} | {secs} | {fmt(r['wall_s'], 1 / 60, 1, ' min')} | "
-                     f"{fmt(r['peak_rss_mb'], 1 / 1024, 2, ' GB')} |")
+        lines.append(
+            f"| {r['algo']} | {ok} | {fmt(r['before'], 100, 1, '%')} | {fmt(r['after'], 100, 1, '%')} | "
+            f"{reach} | {secs} | {fmt(r['wall_s'], 1 / 60, 1, ' min')} | "
+            f"{fmt(r['peak_rss_mb'], 1 / 1024, 2, ' GB')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -153,7 +193,7 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
         if not steps:
             continue
         vals = [[c[s] * 100 for c in curves] for s in steps]
-        line, = ax.plot(steps, [statistics.fmean(v) for v in vals], marker="o", label=f"{algo} (n={len(curves)})")
+        (line,) = ax.plot(steps, [statistics.fmean(v) for v in vals], marker="o", label=f"{algo} (n={len(curves)})")
         ax.fill_between(steps, [min(v) for v in vals], [max(v) for v in vals], color=line.get_color(), alpha=0.2)
     ax.set(xlabel="RL step", ylabel="greedy solve rate on the eval set (%)", title=title, ylim=(-2, 102))
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -177,13 +217,21 @@ def sft_checkpoint(path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run SFT and every algorithm x seed, write and print the table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", default="cpu-tiny", help="mazegym preset (default cpu-tiny, the text row; cpu-maze-vlm needs rollout.branching=false algo.skip_zero_advantage=false in --extra for ppo)")
+    p.add_argument(
+        "--preset",
+        default="cpu-tiny",
+        help="mazegym preset (default cpu-tiny, the text row)",
+    )
     p.add_argument("--algos", nargs="+", default=ALGOS, help=f"algorithms (default: {' '.join(ALGOS)})")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="loop.seed values (default 0 1 2)")
     p.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the preset's loop.steps)")
     p.add_argument("--out", type=Path, default=Path("runs/algo-table"), help="output dir (default runs/algo-table)")
-    p.add_argument("--sft", type=Path, default=None,
-                   help="reuse this SFT model dir, a run dir holding sft/model, or an earlier --out")
+    p.add_argument(
+        "--sft",
+        type=Path,
+        default=None,
+        help="reuse this SFT model dir, a run dir holding sft/model, or an earlier --out",
+    )
     p.add_argument("--extra", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for SFT and every run")
     p.add_argument("--threshold", type=float, default=0.95, help="solve rate for the steps/wall-to columns")
     p.add_argument("--parallel", type=int, default=1, help="runs at a time (default 1: sequential)")
@@ -191,12 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = args.out.resolve()
     steps = args.steps if args.steps is not None else (SMOKE_STEPS if args.smoke else None)
-    overrides = [*(SMOKE if args.smoke else []), *([f"loop.steps={steps}"] if steps else []), *args.extra,
-                 "logging.progress=false"]
+    overrides = [
+        *(SMOKE if args.smoke else []),
+        *([f"loop.steps={steps}"] if steps else []),
+        *args.extra,
+        "logging.progress=false",
+    ]
     if args.sft is None:
         print(f"[sft] mazegym sft --preset {args.preset} -> {out / 'sft'}", flush=True)
-        res = run_child(["sft", "--preset", args.preset, "--run-dir", str(out / "sft"), "--no-eval", *overrides],
-                        out / "sft" / "sft.log")
+        res = run_child(
+            ["sft", "--preset", args.preset, "--run-dir", str(out / "sft"), "--no-eval", *overrides],
+            out / "sft" / "sft.log",
+        )
         if res["rc"] != 0:
             sys.exit(f"SFT failed (exit {res['rc']}); see {out / 'sft' / 'sft.log'}")
     sft = sft_checkpoint((args.sft or out / "sft").resolve())
@@ -207,9 +261,20 @@ def main(argv: list[str] | None = None) -> int:
         algo, seed = job
         run_dir = out / algo / f"seed{seed}"
         done = run_dir / "bench.json"
-        cli = ["train", "--preset", args.preset, "--run-dir", str(run_dir), "--resume", "none",
-               f"sft.checkpoint={sft}", f"algo.name={algo}", f"loop.seed={seed}",
-               *ALGO_OVERRIDES.get(algo, []), *overrides]
+        cli = [
+            "train",
+            "--preset",
+            args.preset,
+            "--run-dir",
+            str(run_dir),
+            "--resume",
+            "none",
+            f"sft.checkpoint={sft}",
+            f"algo.name={algo}",
+            f"loop.seed={seed}",
+            *algo_overrides(args.preset, algo),
+            *overrides,
+        ]
         old = json.loads(done.read_text()) if done.is_file() else {}
         if old.get("rc") == 0 and old["cmd"][3:] == cli:
             print(f"[{algo} seed {seed}] reused {run_dir}", flush=True)
@@ -217,18 +282,25 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)  # a crashed, interrupted or other run is measured from scratch
         bench = {"algo": algo, "seed": seed, **run_child(cli, run_dir / "train.log")}
         write_atomic(done, json.dumps(bench, indent=2).encode())
-        print(f"[{algo} seed {seed}] exit {bench['rc']}, {bench['wall_s']:.0f} s, "
-              f"peak RSS {bench['peak_rss_mb']:.0f} MB", flush=True)
+        print(
+            f"[{algo} seed {seed}] exit {bench['rc']}, {bench['wall_s']:.0f} s, peak RSS {bench['peak_rss_mb']:.0f} MB",
+            flush=True,
+        )
         return read_run(run_dir, bench)
 
     jobs = [(a, s) for a in args.algos for s in args.seeds]
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         runs = list(pool.map(one, jobs))
     rows = aggregate(runs, args.threshold)
-    meta = {"preset": args.preset, "sft": str(sft), "overrides": overrides, "threshold": args.threshold,
-            "command": " ".join(["python benchmarks/algo_table.py", *(argv if argv is not None else sys.argv[1:])]),
-            "date": time.strftime("%Y-%m-%d %H:%M"),
-            "algo_overrides": {a: ALGO_OVERRIDES.get(a, []) for a in args.algos}}
+    meta = {
+        "preset": args.preset,
+        "sft": str(sft),
+        "overrides": overrides,
+        "threshold": args.threshold,
+        "command": " ".join(["python benchmarks/algo_table.py", *(argv if argv is not None else sys.argv[1:])]),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "algo_overrides": {a: algo_overrides(args.preset, a) for a in args.algos},
+    }
     table = markdown(rows, meta)
     write_atomic(out / "table.md", table.encode())
     write_atomic(out / "table.json", json.dumps({**meta, "rows": rows, "runs": runs}, indent=2).encode())

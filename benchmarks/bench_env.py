@@ -50,8 +50,11 @@ def step_block(obs_mode: str = "image", autoreset: bool = False):
     Without ``autoreset`` the episode never times out, so resets stay (almost) out of the block;
     with it, the env keeps its default 20-move limit and the resets are part of the cost.
     """
-    env = gym.make("VisMaze-v0", obs_mode=obs_mode) if autoreset else \
-        gym.make("VisMaze-v0", obs_mode=obs_mode, max_moves=10**9)
+    env = (
+        gym.make("VisMaze-v0", obs_mode=obs_mode)
+        if autoreset
+        else gym.make("VisMaze-v0", obs_mode=obs_mode, max_moves=10**9)
+    )
     env.reset(seed=0)
     actions = np.random.default_rng(0).integers(0, 4, BLOCK).tolist()
     step, reset = env.step, env.reset
@@ -143,8 +146,9 @@ def run_all(seconds: float = 1.0) -> dict:
         times = time_blocks(reset_block(size, generator, CALLS_PER_BLOCK), seconds)
         result["reset_ms"][f"{size}x{size} {generator}"] = _ms(times, CALLS_PER_BLOCK)
     for size in (9, 21):
-        result["render_ms"][f"{size}x{size}"] = _ms(time_blocks(render_block(size, CALLS_PER_BLOCK), seconds),
-                                                    CALLS_PER_BLOCK)
+        result["render_ms"][f"{size}x{size}"] = _ms(
+            time_blocks(render_block(size, CALLS_PER_BLOCK), seconds), CALLS_PER_BLOCK
+        )
     steps = result["steps_per_s"]
     result["image_over_text"] = {k: steps["image"][k] / steps["text"][k] for k in ("best", "median")}
     result["loadavg_end"] = list(os.getloadavg())
@@ -162,18 +166,24 @@ def write_json(data: dict, path: Path) -> None:
 def format_report(r: dict) -> str:
     """The figures as lines of text, each with its unit."""
     m = r["machine"]
-    lines = [f"{r['date']}  {m['cpu_count']} CPUs  python {m['python']}  numpy {m['numpy']}  "
-             f"load average {r['loadavg_start'][0]:.2f} at start, {r['loadavg_end'][0]:.2f} at end "
-             f"({r['seconds_per_case']:g} s per case)"]
+    lines = [
+        f"{r['date']}  {m['cpu_count']} CPUs  python {m['python']}  numpy {m['numpy']}  "
+        f"load average {r['loadavg_start'][0]:.2f} at start, {r['loadavg_end'][0]:.2f} at end "
+        f"({r['seconds_per_case']:g} s per case)"
+    ]
     for case, v in r["steps_per_s"].items():
-        lines.append(f"steps/s  {case:10s} best block {v['best']:>10,.0f}   median {v['median']:>10,.0f}   "
-                     f"({v['blocks']} blocks of {BLOCK} steps)")
+        lines.append(
+            f"steps/s  {case:10s} best block {v['best']:>10,.0f}   median {v['median']:>10,.0f}   "
+            f"({v['blocks']} blocks of {BLOCK} steps)"
+        )
     ratio = r["image_over_text"]
     lines.append(f"ratio image/text steps/s: best {ratio['best']:.2f}, median {ratio['median']:.2f}")
     for kind in ("reset_ms", "render_ms"):
         for case, v in r[kind].items():
-            lines.append(f"{kind[:-3]:6s} {case:12s} best {v['best']:.4f} ms   median {v['median']:.4f} ms   "
-                         f"({v['blocks']} blocks of {CALLS_PER_BLOCK} calls)")
+            lines.append(
+                f"{kind[:-3]:6s} {case:12s} best {v['best']:.4f} ms   median {v['median']:.4f} ms   "
+                f"({v['blocks']} blocks of {CALLS_PER_BLOCK} calls)"
+            )
     return "\n".join(lines)
 
 
@@ -181,8 +191,9 @@ def main(argv: list[str] | None = None) -> dict:
     """Run the script cases, print them and write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=1.0, help="timing budget per case (default 1.0)")
-    p.add_argument("--json", type=Path, default=DEFAULT_JSON,
-                   help=f"where to write the figures (default {DEFAULT_JSON})")
+    p.add_argument(
+        "--json", type=Path, default=DEFAULT_JSON, help=f"where to write the figures (default {DEFAULT_JSON})"
+    )
     args = p.parse_args(argv)
     result = run_all(args.seconds)
     print(format_report(result))
@@ -192,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 # pytest-benchmark cases: the same closures, timed by pytest-benchmark.
+
 
 @pytest.mark.parametrize("obs_mode", OBS_MODES)
 def test_steps_per_second(benchmark, obs_mode):

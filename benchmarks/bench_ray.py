@@ -23,9 +23,19 @@ from pathlib import Path
 
 def job_overrides(run_dir: Path, steps: int, mazes: int, group: int) -> list[str]:
     """The benchmark job: tiny text LM from scratch, every step updates, checkpoint every step."""
-    return [f"run_dir={run_dir}", "sft.enabled=never", "logging.progress=false", f"loop.steps={steps}",
-            f"loop.mazes_per_step={mazes}", f"rollout.group_size={group}", "eval.every=0", "eval.before_rl=false",
-            "checkpoint.every=1", "algo.filter_zero_variance=false", "loop.num_threads=1"]
+    return [
+        f"run_dir={run_dir}",
+        "sft.enabled=never",
+        "logging.progress=false",
+        f"loop.steps={steps}",
+        f"loop.mazes_per_step={mazes}",
+        f"rollout.group_size={group}",
+        "eval.every=0",
+        "eval.before_rl=false",
+        "checkpoint.every=1",
+        "algo.filter_zero_variance=false",
+        "loop.num_threads=1",
+    ]
 
 
 def summarize_run(run_dir: Path, wall: float) -> dict[str, float]:
@@ -44,11 +54,17 @@ def summarize_run(run_dir: Path, wall: float) -> dict[str, float]:
     step_s = statistics.fmean(sum(v for k, v in r.items() if k.startswith("time/") and k != "time/eval") for r in recs)
     episodes = statistics.fmean(r["rollout/episodes"] for r in recs)
     return {
-        "step_s": step_s, "generate_s": mean("time/generate"), "update_s": mean("time/update"),
-        "sync_s": mean("time/sync"), "checkpoint_s": mean("time/checkpoint"), "final_eval_s": recs[-1].get("time/eval", float("nan")),
-        "sync_publish_s": mean("sync/publish_s"), "sync_load_s": mean("sync/load_s"),
+        "step_s": step_s,
+        "generate_s": mean("time/generate"),
+        "update_s": mean("time/update"),
+        "sync_s": mean("time/sync"),
+        "checkpoint_s": mean("time/checkpoint"),
+        "final_eval_s": recs[-1].get("time/eval", float("nan")),
+        "sync_publish_s": mean("sync/publish_s"),
+        "sync_load_s": mean("sync/load_s"),
         "padding_passes": mean("ray/padding_passes"),
-        "episodes_per_s": episodes / step_s, "gen_episodes_per_s": episodes / mean("time/generate"),
+        "episodes_per_s": episodes / step_s,
+        "gen_episodes_per_s": episodes / mean("time/generate"),
         "wall_s_total": wall,
     }
 
@@ -73,8 +89,11 @@ def run_ray(base: Path, workers: int, args: argparse.Namespace) -> dict[str, flo
     from runners.presets import get_preset
 
     run_dir = base / f"ray{workers}"
-    cfg = apply_overrides(get_preset("cpu-tiny"), job_overrides(run_dir, args.steps, args.mazes, args.group)
-                          + ["runner.kind=ray", f"runner.num_workers={workers}"])
+    cfg = apply_overrides(
+        get_preset("cpu-tiny"),
+        job_overrides(run_dir, args.steps, args.mazes, args.group)
+        + ["runner.kind=ray", f"runner.num_workers={workers}"],
+    )
     t0 = time.perf_counter()
     ray_runner.train(cfg, log=lambda m: None)
     return summarize_run(run_dir, time.perf_counter() - t0)
@@ -82,8 +101,18 @@ def run_ray(base: Path, workers: int, args: argparse.Namespace) -> dict[str, flo
 
 def format_table(rows: dict[str, dict[str, float]]) -> str:
     """A readable table, one row per runner configuration."""
-    cols = ["step_s", "generate_s", "update_s", "sync_s", "checkpoint_s", "sync_publish_s", "sync_load_s", "episodes_per_s",
-            "final_eval_s", "padding_passes"]
+    cols = [
+        "step_s",
+        "generate_s",
+        "update_s",
+        "sync_s",
+        "checkpoint_s",
+        "sync_publish_s",
+        "sync_load_s",
+        "episodes_per_s",
+        "final_eval_s",
+        "padding_passes",
+    ]
     out = [f"{'runner':<10}" + "".join(f"{c:>16}" for c in cols)]
     for name, row in rows.items():
         out.append(f"{name:<10}" + "".join(f"{row[c]:>16.3f}" for c in cols))
@@ -104,8 +133,13 @@ def main() -> None:
 
     import ray
 
-    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ray.init(
+        address="local",
+        num_cpus=args.cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+    )
     rows: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_ray_") as tmp:
         base = Path(tmp)
@@ -114,8 +148,10 @@ def main() -> None:
         for workers in args.workers:
             rows[f"ray x{workers}"] = run_ray(base, workers, args)
     ray.shutdown()
-    print(f"{args.mazes} maze groups x {args.group} episodes per step, {args.steps} steps (step 1 excluded), "
-          f"{args.cpus} CPUs for Ray")
+    print(
+        f"{args.mazes} maze groups x {args.group} episodes per step, {args.steps} steps (step 1 excluded), "
+        f"{args.cpus} CPUs for Ray"
+    )
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

@@ -78,7 +78,9 @@ def bench_sync(gen, model_path: Path, lora_rank: int, syncs: int, sync_dir: Path
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
     from runners.sync import AdapterSync
 
-    policy = LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=lora_rank, alpha=2 * lora_rank), dtype=torch.float32)
+    policy = LoRALMPolicy.from_pretrained(
+        model_path, lora=LoRAConfig(rank=lora_rank, alpha=2 * lora_rank), dtype=torch.float32
+    )
     sync = AdapterSync(sync_dir)
     write_ms, load_ms = [], []
     for v in range(1, syncs + 1):
@@ -107,8 +109,12 @@ def main() -> None:
     model_path = Path(args.model_dir) if args.model_dir else build_tiny_text_lm(work / "tiny_text")
     mazes = [sample_maze(np.random.default_rng(i), args.size) for i in range(args.mazes)]
     config = RolloutConfig(
-        group_size=args.group_size, max_moves=args.max_moves, max_new_tokens=args.max_new_tokens,
-        history=args.history, temperature=1.0, obs_mode="text",
+        group_size=args.group_size,
+        max_moves=args.max_moves,
+        max_new_tokens=args.max_new_tokens,
+        history=args.history,
+        temperature=1.0,
+        obs_mode="text",
     )
     results: dict[str, dict] = {}
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
@@ -128,17 +134,29 @@ def main() -> None:
         del gen
 
     print()
-    print(f"settings: {args.mazes} mazes x G={args.group_size} = {args.mazes * args.group_size} episodes/round, "
-          f"{args.size}x{args.size}, max_moves={args.max_moves}, max_new_tokens={args.max_new_tokens}, "
-          f"history={args.history}, T=1.0, rounds={args.rounds}, threads={torch.get_num_threads()}")
-    cols = ["startup_s", "episodes_per_s", "gen_tokens_per_s", "turns_per_s", "seconds_per_round", "sync_write_ms", "sync_load_ms"]
+    print(
+        f"settings: {args.mazes} mazes x G={args.group_size} = {args.mazes * args.group_size} episodes/round, "
+        f"{args.size}x{args.size}, max_moves={args.max_moves}, max_new_tokens={args.max_new_tokens}, "
+        f"history={args.history}, T=1.0, rounds={args.rounds}, threads={torch.get_num_threads()}"
+    )
+    cols = [
+        "startup_s",
+        "episodes_per_s",
+        "gen_tokens_per_s",
+        "turns_per_s",
+        "seconds_per_round",
+        "sync_write_ms",
+        "sync_load_ms",
+    ]
     print(f"{'backend':8s}" + "".join(f"{c:>18s}" for c in cols))
     for backend, row in results.items():
         print(f"{backend:8s}" + "".join(f"{row[c]:18.2f}" for c in cols))
     if "hf" in results and "vllm" in results:
         ratio = results["vllm"]["gen_tokens_per_s"] / results["hf"]["gen_tokens_per_s"]
-        print(f"vllm / hf generated tokens/s: {ratio:.2f}x   episodes/s: "
-              f"{results['vllm']['episodes_per_s'] / results['hf']['episodes_per_s']:.2f}x")
+        print(
+            f"vllm / hf generated tokens/s: {ratio:.2f}x   episodes/s: "
+            f"{results['vllm']['episodes_per_s'] / results['hf']['episodes_per_s']:.2f}x"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
 

@@ -50,8 +50,12 @@ def _report(name: str, episodes: list[Episode], update) -> dict:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     row = {
-        "bench": name, "turns": turns, "tokens": tokens, "seconds": round(seconds, 4),
-        "samples_per_s": round(turns / seconds, 1), "tokens_per_s": round(tokens / seconds, 1),
+        "bench": name,
+        "turns": turns,
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "samples_per_s": round(turns / seconds, 1),
+        "tokens_per_s": round(tokens / seconds, 1),
         "py_heap_peak_mib": round(peak / 2**20, 2),
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
@@ -75,8 +79,14 @@ def net_episodes(grid: int = 11, groups: int = 16, group_size: int = 8, turns: i
                 x[0] = walls
                 x[1, grid - 2, grid - 2] = 1
                 x[2, rng.integers(1, grid - 1), rng.integers(1, grid - 1)] = 1
-                ep.turns.append(Turn(response_ids=[int(rng.integers(4))], logprobs=[-1.386], observation={"x": x},
-                                     reward=float(rng.random() < 0.1)))
+                ep.turns.append(
+                    Turn(
+                        response_ids=[int(rng.integers(4))],
+                        logprobs=[-1.386],
+                        observation={"x": x},
+                        reward=float(rng.random() < 0.1),
+                    )
+                )
             episodes.append(ep)
     return episodes
 
@@ -98,7 +108,9 @@ def run_net(seconds: float = 2.0, names: tuple[str, ...] = ("grpo", "ppo")) -> d
         turns = sum(len(ep.turns) for ep in episodes)
         times = time_blocks(lambda: algo.update(episodes), seconds)
         result["samples_per_s"][f"net-{name}"] = {
-            "best": turns / min(times), "median": turns / statistics.median(times), "updates": len(times),
+            "best": turns / min(times),
+            "median": turns / statistics.median(times),
+            "updates": len(times),
             "turns_per_update": turns,
         }
     result["loadavg_end"] = list(os.getloadavg())
@@ -114,8 +126,10 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)  # tiny ops only gain contention from more threads on shared cores
     result = run_net(args.seconds)
     for name, v in result["samples_per_s"].items():
-        print(f"{name}: best {v['best']:,.0f} samples/s, median {v['median']:,.0f} samples/s "
-              f"({v['updates']} updates of {v['turns_per_update']} turns)")
+        print(
+            f"{name}: best {v['best']:,.0f} samples/s, median {v['median']:,.0f} samples/s "
+            f"({v['updates']} updates of {v['turns_per_update']} turns)"
+        )
     print(f"load average {result['loadavg_start'][0]:.2f} at start, {result['loadavg_end'][0]:.2f} at end")
     write_json(result, Path(args.json))
     print(f"wrote {args.json}")
@@ -134,8 +148,16 @@ def test_bench_tiny_lora_lm_update(benchmark):
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
 
     torch.manual_seed(0)
-    config = transformers.Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024)
+    config = transformers.Qwen2Config(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=1024,
+    )
     policy = LoRALMPolicy(transformers.Qwen2ForCausalLM(config), LoRAConfig(rank=32, alpha=64), micro_batch_size=8)
     algo = algos.make("grpo", policy, lr=1e-5, micro_batch_size=8)
     rng = np.random.default_rng(0)
@@ -144,8 +166,14 @@ def test_bench_tiny_lora_lm_update(benchmark):
         for k in range(4):
             ep = Episode(group_id=g)
             for t in range(2):
-                ep.turns.append(Turn(prompt_ids=rng.integers(0, 256, 128).tolist(), response_ids=rng.integers(0, 256, 32).tolist(),
-                                     logprobs=[-5.5] * 32, reward=float(rng.random() < 0.5)))
+                ep.turns.append(
+                    Turn(
+                        prompt_ids=rng.integers(0, 256, 128).tolist(),
+                        response_ids=rng.integers(0, 256, 32).tolist(),
+                        logprobs=[-5.5] * 32,
+                        reward=float(rng.random() < 0.5),
+                    )
+                )
             episodes.append(ep)
     _report("lora-lm-grpo", episodes, algo.update)
     benchmark.pedantic(algo.update, args=(episodes,), rounds=2, iterations=1)

@@ -28,8 +28,14 @@ from runners.checkpoint import CheckpointManager
 from runners.config import from_dict
 from runners.local import build_generator, find_sft_checkpoint, prepare_base_model, rollout_config, set_threads
 from mazegym.llm import format_action
-from runners.rollout import (SamplingConfig, cell_prompts, continuation_values, greedy_moves_to_goal, move_probabilities,
-                             moves_at_cells)
+from runners.rollout import (
+    SamplingConfig,
+    cell_prompts,
+    continuation_values,
+    greedy_moves_to_goal,
+    move_probabilities,
+    moves_at_cells,
+)
 
 
 def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
@@ -64,11 +70,18 @@ def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
                 labelled += 1
                 top = min(reachable.values())
                 label_optimal.append(all(k in best for k, n in reachable.items() if n == top))
-    return {"cells": len(optimal), "optimal_frac": float(np.mean(optimal)),
-            "on_path_cells": len(on_path), "on_path_optimal_frac": float(np.mean(on_path)) if on_path else float("nan"),
-            "off_path_cells": len(off_path), "off_path_optimal_frac": float(np.mean(off_path)) if off_path else float("nan"),
-            "greedy_solved": solved, "mazes": len(mazes), "labelled_cells": labelled,
-            "labels_optimal_frac": float(np.mean(label_optimal)) if label_optimal else float("nan")}
+    return {
+        "cells": len(optimal),
+        "optimal_frac": float(np.mean(optimal)),
+        "on_path_cells": len(on_path),
+        "on_path_optimal_frac": float(np.mean(on_path)) if on_path else float("nan"),
+        "off_path_cells": len(off_path),
+        "off_path_optimal_frac": float(np.mean(off_path)) if off_path else float("nan"),
+        "greedy_solved": solved,
+        "mazes": len(mazes),
+        "labelled_cells": labelled,
+        "labels_optimal_frac": float(np.mean(label_optimal)) if label_optimal else float("nan"),
+    }
 
 
 def main() -> None:
@@ -101,22 +114,34 @@ def main() -> None:
     greedy = SamplingConfig(max_new_tokens=rollout.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     worths = None
     if rollout.branch_continuation != "greedy":
-        replies = [generator.encoder.tokenize_text(format_action(k)) + [generator.tokenizer.eos_token_id] for k in range(4)]
+        replies = [
+            generator.encoder.tokenize_text(format_action(k)) + [generator.tokenizer.eos_token_id] for k in range(4)
+        ]
         probs = move_probabilities(generator, prompts, replies, rollout.temperature)
         per_maze = [{} for _ in mazes]
         for (i, cell), p in zip(anchors, probs):
             per_maze[i][cell] = p
         samples = rollout.branch_samples if rollout.branch_continuation == "sampled" else None
-        worths = [continuation_values(maze, per_maze[i], rollout.max_moves, rollout.branch_gamma, samples,
-                                      np.random.default_rng(i)) for i, maze in enumerate(mazes)]
-    figures = {"run_dir": str(a.run_dir), "checkpoint": a.checkpoint, "set": set_name,
-               "branch_continuation": rollout.branch_continuation,
-               **judge(mazes, moves_at_cells(generator, anchors, prompts, greedy, len(mazes)), rollout.max_moves, worths)}
-    print(f"{a.run_dir} [{a.checkpoint}] on {set_name}: greedy move BFS-optimal at "
-          f"{figures['optimal_frac']:.1%} of {figures['cells']} cells "
-          f"(on a shortest path {figures['on_path_optimal_frac']:.1%}, off it {figures['off_path_optimal_frac']:.1%}); "
-          f"greedy solves {figures['greedy_solved']}/{figures['mazes']}; branch labels ({rollout.branch_continuation} "
-          f"continuations) at {figures['labelled_cells']} cells, {figures['labels_optimal_frac']:.1%} of them BFS-optimal")
+        worths = [
+            continuation_values(
+                maze, per_maze[i], rollout.max_moves, rollout.branch_gamma, samples, np.random.default_rng(i)
+            )
+            for i, maze in enumerate(mazes)
+        ]
+    figures = {
+        "run_dir": str(a.run_dir),
+        "checkpoint": a.checkpoint,
+        "set": set_name,
+        "branch_continuation": rollout.branch_continuation,
+        **judge(mazes, moves_at_cells(generator, anchors, prompts, greedy, len(mazes)), rollout.max_moves, worths),
+    }
+    print(
+        f"{a.run_dir} [{a.checkpoint}] on {set_name}: greedy move BFS-optimal at "
+        f"{figures['optimal_frac']:.1%} of {figures['cells']} cells "
+        f"(on a shortest path {figures['on_path_optimal_frac']:.1%}, off it {figures['off_path_optimal_frac']:.1%}); "
+        f"greedy solves {figures['greedy_solved']}/{figures['mazes']}; branch labels ({rollout.branch_continuation} "
+        f"continuations) at {figures['labelled_cells']} cells, {figures['labels_optimal_frac']:.1%} of them BFS-optimal"
+    )
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         tmp = a.json.with_suffix(a.json.suffix + ".tmp")

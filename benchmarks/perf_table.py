@@ -50,30 +50,49 @@ def env_rows(env: dict, seconds: float) -> list[tuple[str, str, str]]:
     small = [k for k in resets if k.startswith("9x9")]
     wilson9 = resets["9x9 wilson"]
     return [
-        ("env steps/s, VisMaze-v0 9x9, 225 px image obs, through `gym.make`",
-         f"{rate(steps['image'])}; {_k(target)} target {_target(steps['image'], target, True)}", cmd),
+        (
+            "env steps/s, VisMaze-v0 9x9, 225 px image obs, through `gym.make`",
+            f"{rate(steps['image'])}; {_k(target)} target {_target(steps['image'], target, True)}",
+            cmd,
+        ),
         ("env steps/s, text obs", f"{rate(steps['text'])}; image / text = {ratio['median']:.2f} (median)", "same"),
         ("env steps/s, image + text obs", rate(steps["both"]), "same"),
         ("env steps/s, 20-move episodes, resets included", rate(steps["autoreset"]), "same"),
-        (f"reset ms (generation + first frame), 9x9 {' / '.join(k.split()[1] for k in small)}",
-         " / ".join(f"{resets[k]['best']:.3f}" for k in small) + " ms best; "
-         + " / ".join(f"{resets[k]['median']:.3f}" for k in small)
-         + f" ms median; {bench_env.TARGET_RESET_MS} ms target (wilson) "
-         + _target(wilson9, bench_env.TARGET_RESET_MS, False),
-         "same"),
-        ("reset ms, 21x21 wilson", f"{resets['21x21 wilson']['best']:.3f} ms best / "
-         f"{resets['21x21 wilson']['median']:.3f} ms median", "same"),
-        ("render ms (`rgb_array`), 9x9 / 21x21",
-         " / ".join(f"{v['median']:.4f}" for v in env["render_ms"].values()) + " ms median", "same"),
+        (
+            f"reset ms (generation + first frame), 9x9 {' / '.join(k.split()[1] for k in small)}",
+            " / ".join(f"{resets[k]['best']:.3f}" for k in small)
+            + " ms best; "
+            + " / ".join(f"{resets[k]['median']:.3f}" for k in small)
+            + f" ms median; {bench_env.TARGET_RESET_MS} ms target (wilson) "
+            + _target(wilson9, bench_env.TARGET_RESET_MS, False),
+            "same",
+        ),
+        (
+            "reset ms, 21x21 wilson",
+            f"{resets['21x21 wilson']['best']:.3f} ms best / {resets['21x21 wilson']['median']:.3f} ms median",
+            "same",
+        ),
+        (
+            "render ms (`rgb_array`), 9x9 / 21x21",
+            " / ".join(f"{v['median']:.4f}" for v in env["render_ms"].values()) + " ms median",
+            "same",
+        ),
     ]
 
 
 def update_rows(update: dict, seconds: float) -> list[tuple[str, str, str]]:
     """The network-policy update row from ``bench_update.run_net``'s result."""
-    figures = ", ".join(f"{name.removeprefix('net-').upper()} {_k(v['best'])} / {_k(v['median'])}"
-                        for name, v in update["samples_per_s"].items())
-    return [("update throughput, network policy (2,560 turns per update, 1 thread)",
-             f"{figures} samples/s (best / median)", f"`{PY} benchmarks/bench_update.py --seconds {seconds:g}`")]
+    figures = ", ".join(
+        f"{name.removeprefix('net-').upper()} {_k(v['best'])} / {_k(v['median'])}"
+        for name, v in update["samples_per_s"].items()
+    )
+    return [
+        (
+            "update throughput, network policy (2,560 turns per update, 1 thread)",
+            f"{figures} samples/s (best / median)",
+            f"`{PY} benchmarks/bench_update.py --seconds {seconds:g}`",
+        )
+    ]
 
 
 def expensive_rows(results: Path) -> list[tuple[str, str, str]]:
@@ -93,23 +112,35 @@ def expensive_rows(results: Path) -> list[tuple[str, str, str]]:
     cmd = f"`.venv/bin/python benchmarks/bench_ray.py --workers 1 2 --steps 4 --json {ray}`"
     if ray.exists():
         r = json.loads(ray.read_text())
-        rows.append(("Ray runner, s per RL step", ", ".join(f"{k} {v['step_s']:.1f} s" for k, v in r.items())
-                     + f" (from {ray})", cmd))
+        rows.append(
+            (
+                "Ray runner, s per RL step",
+                ", ".join(f"{k} {v['step_s']:.1f} s" for k, v in r.items()) + f" (from {ray})",
+                cmd,
+            )
+        )
     else:
         rows.append(("Ray runner, s per RL step", "not run", cmd))
-    rows.append(("update throughput, tiny LoRA LM", "not run by this script",
-                 "`.venv/bin/pytest benchmarks/bench_update.py --benchmark-enable -s`"))
+    rows.append(
+        (
+            "update throughput, tiny LoRA LM",
+            "not run by this script",
+            "`.venv/bin/pytest benchmarks/bench_update.py --benchmark-enable -s`",
+        )
+    )
     return rows
 
 
 def header(env: dict, load_end: list[float], note: str) -> str:
     """Date, machine and load average: the context a reader needs next to wall-clock figures."""
     m = env["machine"]
-    text = (f"Measured by `{PY} benchmarks/perf_table.py --seconds {env['seconds_per_case']:g} --write-readme` "
-            f"on {env['date'][:10]} "
-            f"({m['cpu_count']} CPUs, python {m['python']}, numpy {m['numpy']}), wall clock; "
-            f"1-minute load average {env['loadavg_start'][0]:.2f} at start, {load_end[0]:.2f} at end "
-            f"(above {m['cpu_count']} means processes waited for a CPU, so the figures are pessimistic).")
+    text = (
+        f"Measured by `{PY} benchmarks/perf_table.py --seconds {env['seconds_per_case']:g} --write-readme` "
+        f"on {env['date'][:10]} "
+        f"({m['cpu_count']} CPUs, python {m['python']}, numpy {m['numpy']}), wall clock; "
+        f"1-minute load average {env['loadavg_start'][0]:.2f} at start, {load_end[0]:.2f} at end "
+        f"(above {m['cpu_count']} means processes waited for a CPU, so the figures are pessimistic)."
+    )
     return f"{text} {note}".strip()
 
 
@@ -123,7 +154,7 @@ def replace_block(text: str, block: str) -> str:
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"README has no {START} ... {END} block")
-    return text[:start + len(START)] + "\n" + block.strip("\n") + "\n" + text[end:]
+    return text[: start + len(START)] + "\n" + block.strip("\n") + "\n" + text[end:]
 
 
 def main(argv: list[str] | None = None) -> str:

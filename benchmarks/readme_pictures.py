@@ -51,8 +51,11 @@ def main() -> None:
     record = next(r for r in last["mazes"] if r.get("index") == index)
     frames = replay_record(record, last.get("env", {}), specs[index]).frames
     save_gif(frames, a.out / "main_job_agent.gif", fps=4)
-    print(f"before step {first['step']}: {sum(map(bool, before))}/64, after step {last['step']}: {sum(map(bool, after))}/64; "
-          f"GIF of maze {index} ({record['moves']} moves) -> {a.out}")
+    print(
+        f"before step {first['step']}: {sum(map(bool, before))}/64, after step {last['step']}: "
+        f"{sum(map(bool, after))}/64; "
+        f"GIF of maze {index} ({record['moves']} moves) -> {a.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -51,29 +51,51 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sft-steps", type=int, default=100, help="SFT steps of 128 demonstration moves (lr --sft-lr)")
     p.add_argument("--sft-lr", type=float, default=2e-3)
     p.add_argument("--sft-print", type=int, default=100, help="print the greedy solve rate every this many SFT steps")
-    p.add_argument("--sft-cells", choices=["path", "all"], default="path",
-                   help="demonstrate the BFS move on the shortest path only, or at every open cell")
+    p.add_argument(
+        "--sft-cells",
+        choices=["path", "all"],
+        default="path",
+        help="demonstrate the BFS move on the shortest path only, or at every open cell",
+    )
     p.add_argument("--mode", choices=["gigpo", "shaping", "dagger", "best", "maxq", "branch"], default="gigpo")
     p.add_argument("--episode-weight", type=float, default=1.0, help="gigpo: weight of the episode-level term")
     p.add_argument("--warmup", type=int, default=0, help="linear learning-rate warmup over this many optimizer steps")
-    p.add_argument("--random-starts", action="store_true",
-                   help="exploring starts: each play of a training maze starts from a random open cell (same goal)")
-    p.add_argument("--epsilon", type=float, default=0.0,
-                   help="maxq: take a uniformly random move with this probability (its labels need no on-policy data)")
-    p.add_argument("--branch-cells", choices=["all", "visited"], default="all",
-                   help="branch: anchor states are every open cell, or only the cells the group's plays visited")
-    p.add_argument("--branch-loss", choices=["pg", "ce", "ppo", "grpo"], default="ce",
-                   help="branch: advantage-weighted log-likelihood of every move (pg), cross-entropy on the best "
-                   "branch (ce), the clipped surrogate of the expected advantage sum_k pi(k) A_k (ppo), or GRPO's clipped "
-                   "surrogate with each branch's group-normalised advantage (grpo)")
+    p.add_argument(
+        "--random-starts",
+        action="store_true",
+        help="exploring starts: each play of a training maze starts from a random open cell (same goal)",
+    )
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        default=0.0,
+        help="maxq: take a uniformly random move with this probability (its labels need no on-policy data)",
+    )
+    p.add_argument(
+        "--branch-cells",
+        choices=["all", "visited"],
+        default="all",
+        help="branch: anchor states are every open cell, or only the cells the group's plays visited",
+    )
+    p.add_argument(
+        "--branch-loss",
+        choices=["pg", "ce", "ppo", "grpo"],
+        default="ce",
+        help="branch: advantage-weighted log-likelihood of every move (pg), cross-entropy on the best "
+        "branch (ce), the clipped surrogate of the expected advantage sum_k pi(k) A_k (ppo), or GRPO's clipped "
+        "surrogate with each branch's group-normalised advantage (grpo)",
+    )
     p.add_argument("--branch-limit", type=int, default=30, help="branch: moves a branch may take to reach the goal")
     p.add_argument("--epochs", type=int, default=1, help="passes over each iteration's rows")
     p.add_argument("--lr", type=float, default=3e-4, help="learning rate of the on-policy stage")
     p.add_argument("--keep-optimizer", action="store_true", help="continue SFT's AdamW state instead of a fresh one")
     p.add_argument("--minibatch", type=int, default=0, help="rows per optimizer step (0 = one step per iteration)")
     p.add_argument("--unique-states", action="store_true", help="train on each (maze, cell, move) once per iteration")
-    p.add_argument("--state-weighting", action="store_true",
-                   help="weight each row by 1 / its (maze, cell)'s row count, so every visited state counts once")
+    p.add_argument(
+        "--state-weighting",
+        action="store_true",
+        help="weight each row by 1 / its (maze, cell)'s row count, so every visited state counts once",
+    )
     p.add_argument("--mazes", type=int, default=8)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--temperature", type=float, default=1.0)
@@ -152,7 +174,7 @@ def main() -> None:
             togo = greedy_moves_to_goal(spec, dict(zip(free, greedy)), a.branch_limit)
             for cell in cells:
                 after = [togo.get(moved(spec, cell, k)) for k in range(4)]
-                ret = np.array([a.gamma ** n if n is not None and n + 1 <= a.branch_limit else 0.0 for n in after])
+                ret = np.array([a.gamma**n if n is not None and n + 1 <= a.branch_limit else 0.0 for n in after])
                 if ret.std() > 0 and a.branch_loss == "ce":
                     if (ret == ret.max()).sum() == 1:
                         rows.append((spec, cell, int(ret.argmax()), 0.0, 1.0))
@@ -165,7 +187,9 @@ def main() -> None:
                     # the enumerated group's estimate of the on-policy gradient of E_pi[A].
                     adv = (ret - ret.mean()) / ret.std()
                     lp = old_logp[cell]
-                    rows.extend((spec, cell, k, lp[k], 4 * float(np.exp(lp[k]) * adv[k])) for k in range(4) if adv[k] != 0)
+                    rows.extend(
+                        (spec, cell, k, lp[k], 4 * float(np.exp(lp[k]) * adv[k])) for k in range(4) if adv[k] != 0
+                    )
                 elif ret.std() > 0:
                     adv = (ret - ret.mean()) / ret.std()
                     rows.extend((spec, cell, k, 0.0, float(adv[k])) for k in range(4) if adv[k] != 0)
@@ -186,7 +210,11 @@ def main() -> None:
             if a.sft_cells == "all":
                 for r, c in np.argwhere(~spec.grid):
                     if (int(r), int(c)) != spec.goal:
-                        specs.append(spec), cells.append((int(r), int(c))), labels.append(best_move(spec, (int(r), int(c))))
+                        (
+                            specs.append(spec),
+                            cells.append((int(r), int(c))),
+                            labels.append(best_move(spec, (int(r), int(c)))),
+                        )
                 continue
             cell = spec.start
             while cell != spec.goal:
@@ -199,7 +227,10 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         if (sft_step + 1) % a.sft_print == 0 and sft_step + 1 < a.sft_steps:
-            print(f"SFT step {sft_step + 1} ({time.time() - t0:.0f}s): solved {sum(play(evalset, True)[0])}/64", flush=True)
+            print(
+                f"SFT step {sft_step + 1} ({time.time() - t0:.0f}s): solved {sum(play(evalset, True)[0])}/64",
+                flush=True,
+            )
     if a.save_sft:
         from safetensors.torch import save_file
 
@@ -226,7 +257,9 @@ def main() -> None:
         done, trajs = play(specs, False, generator)
         success = np.array(done, float).reshape(a.mazes, a.group)
         episode_adv = (success - success.mean(1, keepdims=True)) / (success.std(1, keepdims=True) + 1e-6)
-        returns = [[a.gamma ** (len(tr) - 1 - t) if done[i] else 0.0 for t in range(len(tr))] for i, tr in enumerate(trajs)]
+        returns = [
+            [a.gamma ** (len(tr) - 1 - t) if done[i] else 0.0 for t in range(len(tr))] for i, tr in enumerate(trajs)
+        ]
         anchors = collections.defaultdict(list)
         for i, tr in enumerate(trajs):
             for t, (cell, _, _) in enumerate(tr):
@@ -290,7 +323,9 @@ def main() -> None:
                 labels = torch.tensor([best_move(r[0], r[1]) for r in batch])
                 loss = (weight * torch.nn.functional.cross_entropy(lg, labels, reduction="none")).mean()
             else:
-                logp = torch.log_softmax(lg / a.temperature, -1)[torch.arange(len(batch)), torch.tensor([r[2] for r in batch])]
+                logp = torch.log_softmax(lg / a.temperature, -1)[
+                    torch.arange(len(batch)), torch.tensor([r[2] for r in batch])
+                ]
                 adv = torch.tensor([r[4] for r in batch], dtype=torch.float32)
                 if a.mode == "branch" and a.branch_loss == "pg":  # every branch scored, none sampled: no ratio
                     loss = -(weight * adv * logp).mean()
@@ -305,9 +340,12 @@ def main() -> None:
         iteration += 1
         if iteration % 5 == 0:
             agree = np.mean([best_move(r[0], r[1]) == r[2] for r in rows if r[4] > 0]) if rows else float("nan")
-            print(f"iteration {iteration} ({time.time() - t0:.0f}s): sampled success {np.mean(done):.2f}, "
-                  f"positive rows that are the BFS move {agree:.3f}, "
-                  f"rows {len(rows)}, greedy solved {sum(play(evalset, True)[0])}/64", flush=True)
+            print(
+                f"iteration {iteration} ({time.time() - t0:.0f}s): sampled success {np.mean(done):.2f}, "
+                f"positive rows that are the BFS move {agree:.3f}, "
+                f"rows {len(rows)}, greedy solved {sum(play(evalset, True)[0])}/64",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,20 @@ import gymnasium as gym
 import mazegym  # noqa: F401  (registers VisMaze-v0)
 from mazegym.recording import record_gif
 
-KEYS = {"\x1b[C": 0, "\x1b[A": 1, "\x1b[D": 2, "\x1b[B": 3, "d": 0, "w": 1, "a": 2, "s": 3,  # terminal
-        "Right": 0, "Up": 1, "Left": 2, "Down": 3}  # tkinter key names
+KEYS = {
+    "\x1b[C": 0,
+    "\x1b[A": 1,
+    "\x1b[D": 2,
+    "\x1b[B": 3,
+    "d": 0,
+    "w": 1,
+    "a": 2,
+    "s": 3,  # terminal
+    "Right": 0,
+    "Up": 1,
+    "Left": 2,
+    "Down": 3,
+}  # tkinter key names
 """Key -> action (0=right 1=up 2=left 3=down). Arrow keys reach a terminal as escape sequences."""
 
 
@@ -91,8 +103,10 @@ def main() -> None:
             show()
             if over:
                 break
-    print(f"{'Solved' if info['is_success'] else 'Not solved'} in {info['moves']} moves "
-          f"(shortest {info['optimal_moves']}).")
+    print(
+        f"{'Solved' if info['is_success'] else 'Not solved'} in {info['moves']} moves "
+        f"(shortest {info['optimal_moves']})."
+    )
     if actions:
         record_gif(env.unwrapped.spec_maze, actions, f"{args.out}/02_my_run.gif")
         print(f"wrote {args.out}/02_my_run.gif")

@@ -50,16 +50,18 @@ def main() -> None:
     torch.set_num_threads(1)
 
     venv = make_vec_env(make_env, n_envs=8, seed=0)  # Monitor-wrapped: SB3 logs episodes and info["is_success"]
-    model = PPO("CnnPolicy", venv, n_steps=128, batch_size=256, n_epochs=4, learning_rate=5e-4, ent_coef=0.01,
-                seed=0)
+    model = PPO("CnnPolicy", venv, n_steps=128, batch_size=256, n_epochs=4, learning_rate=5e-4, ent_coef=0.01, seed=0)
     start, curve = time.perf_counter(), []
     while model.num_timesteps < steps:
         model.learn(chunk, reset_num_timesteps=False)
         success = float(np.mean(model.ep_success_buffer)) if model.ep_success_buffer else 0.0
         ret = float(np.mean([ep["r"] for ep in model.ep_info_buffer])) if model.ep_info_buffer else 0.0
         curve.append((model.num_timesteps, success, ret))
-        print(f"[{time.perf_counter() - start:5.0f}s] {model.num_timesteps:6d} steps  "
-              f"success (last 100 episodes) {success:.2f}  shaped return {ret:+.2f}", flush=True)
+        print(
+            f"[{time.perf_counter() - start:5.0f}s] {model.num_timesteps:6d} steps  "
+            f"success (last 100 episodes) {success:.2f}  shaped return {ret:+.2f}",
+            flush=True,
+        )
 
     x, success, ret = np.array(curve).T
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))

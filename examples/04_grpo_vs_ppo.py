@@ -44,8 +44,9 @@ def train(name: str, updates: int, size: int, eval_every: int, seed: int = 0) ->
     curve = [(0, solve_rate(policy, held_out, max_moves=max_moves))]
     for update in range(1, updates + 1):
         mazes = sample_mazes(8, size, seed=1000 + update, exclude=exclude)
-        episodes = play_mazes(policy, mazes, group_size=8, max_moves=max_moves, seed=update,
-                              env_kwargs={"shaping": True})  # potential-based: same optimal policy, denser signal
+        episodes = play_mazes(
+            policy, mazes, group_size=8, max_moves=max_moves, seed=update, env_kwargs={"shaping": True}
+        )  # potential-based: same optimal policy, denser signal
         algo.update(episodes)
         if update % eval_every == 0 or update == updates:
             curve.append((update, solve_rate(policy, held_out, max_moves=max_moves)))
@@ -67,8 +68,12 @@ def main() -> None:
     for name in ("grpo", "ppo"):
         start = time.perf_counter()
         curve = train(name, updates, args.size, eval_every)
-        print(f"{name}: " + "  ".join(f"u{u}={rate:.2f}" for u, rate in curve)
-              + f"  ({time.perf_counter() - start:.0f}s)", flush=True)
+        print(
+            f"{name}: "
+            + "  ".join(f"u{u}={rate:.2f}" for u, rate in curve)
+            + f"  ({time.perf_counter() - start:.0f}s)",
+            flush=True,
+        )
         plt.plot(*zip(*curve), marker="o", label=name.upper())
     plt.xlabel("update (64 episodes each)")
     plt.ylabel("held-out greedy solve rate")

@@ -55,9 +55,9 @@ class Reinforce(Algorithm):
         longest = max(len(g) for g in returns)
         padded = torch.full((len(returns), longest), float("nan"))
         for i, g in enumerate(returns):
-            padded[i, :len(g)] = g
+            padded[i, : len(g)] = g
         baseline = padded.nanmean(dim=0)  # the baseline lowers variance; it must not depend on the action
-        advantages = torch.cat([g - baseline[:len(g)] for g in returns])
+        advantages = torch.cat([g - baseline[: len(g)] for g in returns])
         return advantages / (advantages.std() + 1e-6), None
 
 
@@ -94,12 +94,15 @@ def main() -> None:
     curve = [(0, solve_rate(policy, held_out, max_moves=max_moves))]
     for update in range(1, updates + 1):
         mazes = sample_mazes(8, size, seed=1000 + update, exclude={m.maze_id for m in held_out})
-        algo.update(play_mazes(policy, mazes, group_size=8, max_moves=max_moves, seed=update,
-                               env_kwargs={"shaping": True}))
+        algo.update(
+            play_mazes(policy, mazes, group_size=8, max_moves=max_moves, seed=update, env_kwargs={"shaping": True})
+        )
         if update % eval_every == 0 or update == updates:
             curve.append((update, solve_rate(policy, held_out, max_moves=max_moves)))
-    print(f"held-out greedy solve rate: random agent {random_rate:.2f}, before {curve[0][1]:.2f}, "
-          f"after {updates} updates {curve[-1][1]:.2f}")
+    print(
+        f"held-out greedy solve rate: random agent {random_rate:.2f}, before {curve[0][1]:.2f}, "
+        f"after {updates} updates {curve[-1][1]:.2f}"
+    )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

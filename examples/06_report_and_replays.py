@@ -35,12 +35,27 @@ def evaluate(policy: MazeNetPolicy, run_dir: Path, step: int, label: str) -> Non
     """Play the fixed set greedily and write its per-maze records, the way the training loop does."""
     mazes, max_moves = load_eval_set(SET), EVAL_SETS[SET].max_moves
     episodes = play_mazes(policy, mazes, greedy=True, max_moves=max_moves)
-    records = [{"index": i, "maze_id": m.maze_id, "size": m.size, "success": ep.success, "moves": len(ep.turns),
-                "optimal_moves": ep.optimal_moves, "actions": [t.action for t in ep.turns]}
-               for i, (m, ep) in enumerate(zip(mazes, episodes))]
+    records = [
+        {
+            "index": i,
+            "maze_id": m.maze_id,
+            "size": m.size,
+            "success": ep.success,
+            "moves": len(ep.turns),
+            "optimal_moves": ep.optimal_moves,
+            "actions": [t.action for t in ep.turns],
+        }
+        for i, (m, ep) in enumerate(zip(mazes, episodes))
+    ]
     solved = sum(r["success"] for r in records)
-    summary = {"set": SET, "solve_rate": solved / len(records), "solved": solved, "episodes": len(records),
-               "env": {"max_moves": max_moves}, "mazes": records}
+    summary = {
+        "set": SET,
+        "solve_rate": solved / len(records),
+        "solved": solved,
+        "episodes": len(records),
+        "env": {"max_moves": max_moves},
+        "mazes": records,
+    }
     write_eval_records(run_dir, step, summary, label=label)
     print(f"step {step:3d}: solved {solved}/{len(records)} of {SET}")
 
@@ -58,8 +73,17 @@ def main() -> None:
     torch.manual_seed(0)
 
     policy = MazeNetPolicy(grid_size=7)
-    algo = algos.make("grpo", policy, lr=3e-2, epochs=2, minibatch_size=1024, old_logprobs="rollout",
-                      turn_credit=True, gamma=0.9, turn_baseline="turn_index")
+    algo = algos.make(
+        "grpo",
+        policy,
+        lr=3e-2,
+        epochs=2,
+        minibatch_size=1024,
+        old_logprobs="rollout",
+        turn_credit=True,
+        gamma=0.9,
+        turn_baseline="turn_index",
+    )
     evaluate(policy, run_dir, 0, "before_rl")
     exclude = {m.maze_id for m in load_eval_set(SET)}  # never train on the evaluation mazes
     for update in range(1, updates + 1):

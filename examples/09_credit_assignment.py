@@ -31,8 +31,12 @@ def separation(advantages: torch.Tensor, good: torch.Tensor) -> tuple[float, flo
     credited = advantages != 0
     agree = ((advantages > 0) & (good == 1)) | ((advantages < 0) & (good == 0))
     share = agree[credited].float().mean().item() if credited.any() else float("nan")
-    return (advantages[good == 1].mean().item(), advantages[good == 0].mean().item(),
-            credited.float().mean().item(), share)
+    return (
+        advantages[good == 1].mean().item(),
+        advantages[good == 0].mean().item(),
+        credited.float().mean().item(),
+        share,
+    )
 
 
 def main() -> None:
@@ -45,12 +49,14 @@ def main() -> None:
     torch.manual_seed(args.seed)
     policy = MazeNetPolicy(11)  # 11x11 grid = 5x5 cells
     mazes = sample_mazes(args.mazes, 11, seed=args.seed)
-    episodes = play_mazes(policy, mazes, group_size=8, max_moves=40, seed=args.seed,
-                          env_kwargs={"shaping": args.shaping})
+    episodes = play_mazes(
+        policy, mazes, group_size=8, max_moves=40, seed=args.seed, env_kwargs={"shaping": args.shaping}
+    )
     good = torch.tensor(oracle_progress(episodes, mazes), dtype=torch.float32)  # the oracle's verdict per move
     solved = sum(ep.success for ep in episodes)
-    print(f"{len(episodes)} rollouts ({solved} solved), {len(good)} moves, "
-          f"{good.mean():.0%} of them good per the oracle")
+    print(
+        f"{len(episodes)} rollouts ({solved} solved), {len(good)} moves, {good.mean():.0%} of them good per the oracle"
+    )
     print(f"{'estimator':<34}{'adv(good)':>10}{'adv(bad)':>10}{'credited':>10}{'sign right':>12}")
     for label, name, config in [
         ("GRPO (episode return)", "grpo", {}),

@@ -25,8 +25,15 @@ from runners.config import apply_overrides, validate  # noqa: E402
 from runners.local import report, train  # noqa: E402
 from runners.presets import get_preset  # noqa: E402
 
-SMOKE = ["sft.vision_steps=2", "sft.steps=2", "sft.batch_size=8", "loop.steps=2", "loop.mazes_per_step=2",
-         "eval.every=1", "maze.heldout_sets=[]"]
+SMOKE = [
+    "sft.vision_steps=2",
+    "sft.steps=2",
+    "sft.batch_size=8",
+    "loop.steps=2",
+    "loop.mazes_per_step=2",
+    "eval.every=1",
+    "maze.heldout_sets=[]",
+]
 """Overrides that make the run a seconds-long smoke test (CI); the curve is then meaningless."""
 
 
@@ -52,17 +59,17 @@ def main() -> None:
     args = parser.parse_args()
 
     config = get_preset(args.preset)
-    apply_overrides(config, [f"run_dir={args.run_dir}", f"loop.max_minutes={args.rl_minutes}"]
-                    + (SMOKE if args.smoke else []))
-    validate(config)                # fails fast, naming the field, on a bad config
-    result = train(config)          # vision pretraining + SFT (if missing) -> GRPO -> evals -> checkpoints
-    print(report(result))           # the case-study table: before and after RL on the fixed 64
+    apply_overrides(
+        config, [f"run_dir={args.run_dir}", f"loop.max_minutes={args.rl_minutes}"] + (SMOKE if args.smoke else [])
+    )
+    validate(config)  # fails fast, naming the field, on a bad config
+    result = train(config)  # vision pretraining + SFT (if missing) -> GRPO -> evals -> checkpoints
+    print(report(result))  # the case-study table: before and after RL on the fixed 64
 
     steps, solved = eval_curve(Path(args.run_dir))
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, solved, marker="o")
-    ax.set(xlabel="RL step", ylabel="solved of 64 (greedy)", ylim=(0, 64),
-           title=f"{args.preset}: SFT start -> GRPO")
+    ax.set(xlabel="RL step", ylabel="solved of 64 (greedy)", ylim=(0, 64), title=f"{args.preset}: SFT start -> GRPO")
     ax.grid(alpha=0.3)
     out = Path(args.out) / f"10_{args.preset}_curve.png"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -54,8 +54,16 @@ def main() -> None:
     lora = LoRAConfig(rank=16, alpha=32, modules_to_save=["vision_tower"])
     policy = LoRALMPolicy.from_pretrained(model, lora=lora, dtype=torch.float32)
     generator = HFGenerator(model)
-    algorithm = algos.make("grpo", policy, lr=3e-4, old_logprobs="recompute", negative_weight=0.0,
-                           minibatch_groups=True, minibatch_size=128, filter_zero_variance=True)
+    algorithm = algos.make(
+        "grpo",
+        policy,
+        lr=3e-4,
+        old_logprobs="recompute",
+        negative_weight=0.0,
+        minibatch_groups=True,
+        minibatch_size=128,
+        filter_zero_variance=True,
+    )
     sync = AdapterSync(work / "adapters")
     rollout = RolloutConfig(obs_mode="image", history="none", max_moves=20, max_new_tokens=6, branching=True)
     stream = MazeStream(size=9, seed=0, max_optimal_moves=20)
@@ -75,17 +83,20 @@ def main() -> None:
     print(f"step 0: solve rate {curve[-1][1]:.3f} on {n_eval} mazes of {eval_set}")
     for step in range(1, a.steps + 1):
         # 2. Collect groups with the sampler's current weights.
-        episodes = collect_groups(generator, [next(stream) for _ in range(a.mazes)], rollout, seed=step,
-                                  group_offset=step * a.mazes)
+        episodes = collect_groups(
+            generator, [next(stream) for _ in range(a.mazes)], rollout, seed=step, group_offset=step * a.mazes
+        )
         # 3. One update: group-normalised advantages, clipped policy loss, optimizer steps.
         metrics = algorithm.update(episodes)
         # 4. Publish the adapter as version `step` and hot-load it into the sampler.
         path = sync.publish(policy, step)
         generator.load_adapter(str(path), step)
         solved_from_start = {e.maze_id: e.info["greedy_solves_start"] for e in episodes}
-        line = (f"step {step}: {len(episodes)} branches, kept {metrics['kept_episode_frac']:.2f}, "
-                f"loss {metrics['loss']:.4f}, greedy policy solves {sum(solved_from_start.values())}/{a.mazes} "
-                f"training mazes from their start")
+        line = (
+            f"step {step}: {len(episodes)} branches, kept {metrics['kept_episode_frac']:.2f}, "
+            f"loss {metrics['loss']:.4f}, greedy policy solves {sum(solved_from_start.values())}/{a.mazes} "
+            f"training mazes from their start"
+        )
         # 5. Evaluate now and then on the fixed mazes.
         if step % a.eval_every == 0 or step == a.steps:
             curve.append((step, solve_rate()))

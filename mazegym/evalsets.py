@@ -91,8 +91,10 @@ def _load(name: str) -> tuple[MazeSpec, ...]:
         raise ValueError(f"{path}: broken eval set ({type(exc).__name__}: {exc}); {restore}") from None
     found, pinned = set_hash(list(mazes)), EVAL_SETS[name].set_hash
     if found != pinned or data.get("set_hash") != pinned:
-        raise ValueError(f"{path}: eval set {name} hashes to {found}, pinned {pinned}: the file was edited or "
-                         f"regenerated; {restore} (or pin the new hash in EVAL_SETS on purpose)")
+        raise ValueError(
+            f"{path}: eval set {name} hashes to {found}, pinned {pinned}: the file was edited or "
+            f"regenerated; {restore} (or pin the new hash in EVAL_SETS on purpose)"
+        )
     return mazes
 
 
@@ -155,7 +157,10 @@ class MazeStream:
             if self.exclude_eval and is_eval_maze(spec.maze_id):
                 self.skipped += 1
                 continue
-            if self.max_optimal_moves is not None and optimal_moves(spec.grid, spec.start, spec.goal) > self.max_optimal_moves:
+            if (
+                self.max_optimal_moves is not None
+                and optimal_moves(spec.grid, spec.start, spec.goal) > self.max_optimal_moves
+            ):
                 self.skipped += 1
                 continue
             return spec
@@ -230,8 +235,12 @@ def _write(name: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     """CLI: ``--regenerate`` rewrites the data files; ``--check`` compares them with a fresh generation."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--regenerate", action="store_true", help="rewrite mazegym/data/eval_*.json (changes the pinned sets!)")
-    parser.add_argument("--check", action="store_true", help="report whether today's generators still reproduce the stored sets")
+    parser.add_argument(
+        "--regenerate", action="store_true", help="rewrite mazegym/data/eval_*.json (changes the pinned sets!)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="report whether today's generators still reproduce the stored sets"
+    )
     args = parser.parse_args(argv)
     for name in EVAL_SETS:
         if args.regenerate:

@@ -132,7 +132,7 @@ def parse_action(text: Any, require_stop: bool = False) -> ParsedAction:
 
 
 def format_action(action: int | str, style: str = "tag") -> str:
-    """Canonical reply for an action: ``"<action>up</action>"`` (tag), ``"up"`` (plain) or ``"('move', 1)"`` (visgym)."""
+    """Canonical reply: ``"<action>up</action>"`` (tag), ``"up"`` (plain) or ``"('move', 1)"`` (visgym)."""
     name = ACTION_NAMES[action] if isinstance(action, int) else str(action).lower()
     if name not in _NAME_TO_ACTION:
         raise ValueError(f"unknown action {action!r}")
@@ -167,18 +167,28 @@ def system_prompt(size: int = 9, max_moves: int = 20, obs_mode: str = "both", re
         )
     moves = "right, up, left, down"
     if require_stop:
-        parts.append(f"Each turn choose one action: {moves}, or stop. Stop when you are on the goal; stopping elsewhere fails.")
+        parts.append(
+            f"Each turn choose one action: {moves}, or stop. Stop when you are on the goal; stopping elsewhere fails."
+        )
         done = "You succeed only by stopping on the goal"
     else:
         parts.append(f"Each turn choose one move: {moves}. Moving into a wall wastes the move.")
         done = "You succeed as soon as you reach the goal"
     parts.append(f"{done} within {max_moves} moves.")
-    parts.append("You may think briefly, then end your reply with exactly one action in tags, e.g. <action>up</action>.")
+    parts.append(
+        "You may think briefly, then end your reply with exactly one action in tags, e.g. <action>up</action>."
+    )
     return " ".join(parts)
 
 
-def user_message(obs: dict[str, Any], info: dict[str, Any], *, obs_mode: str = "both", feedback: str | None = None,
-                 state_only: bool = False) -> dict[str, Any]:
+def user_message(
+    obs: dict[str, Any],
+    info: dict[str, Any],
+    *,
+    obs_mode: str = "both",
+    feedback: str | None = None,
+    state_only: bool = False,
+) -> dict[str, Any]:
     """One user turn: image part (when observed) then a text part (map, moves left, feedback).
 
     ``feedback`` overrides ``info["feedback"]`` (e.g. for an invalid reply); reset infos carry

@@ -26,7 +26,12 @@ from mazegym.solver import bfs_distances, next_cell
 class VisMazeRace(ParallelEnv):
     """Parallel multi-agent maze race; see the module docstring."""
 
-    metadata = {"name": "vismaze_race_v0", "render_modes": ["rgb_array", "ansi"], "render_fps": 4, "is_parallelizable": True}
+    metadata = {
+        "name": "vismaze_race_v0",
+        "render_modes": ["rgb_array", "ansi"],
+        "render_fps": 4,
+        "is_parallelizable": True,
+    }
 
     def __init__(
         self,

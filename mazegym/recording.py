@@ -87,8 +87,9 @@ def encode_gif(frames: Sequence[np.ndarray], fps: float = 4.0, hold_last: int = 
     durations = [step_ms] * (len(images) - 1) + [step_ms * (1 + hold_last)]
     buffer = io.BytesIO()
     # Pillow merges identical consecutive frames (e.g. wall bumps) and sums their durations.
-    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0,
-                   optimize=False)
+    images[0].save(
+        buffer, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0, optimize=False
+    )
     return buffer.getvalue()
 
 
@@ -102,7 +103,9 @@ def save_gif(frames: Sequence[np.ndarray], path: str | Path, fps: float = 4.0, h
     return path
 
 
-def record_gif(spec_or_dict: MazeSpec | dict, actions: Sequence[int | None], path: str | Path, fps: float = 4.0, **env_kwargs: Any) -> Replay:
+def record_gif(
+    spec_or_dict: MazeSpec | dict, actions: Sequence[int | None], path: str | Path, fps: float = 4.0, **env_kwargs: Any
+) -> Replay:
     """Replay an episode and save it as a GIF; returns the :class:`Replay`."""
     result = replay(spec_or_dict, actions, **env_kwargs)
     save_gif(result.frames, path, fps=fps)
@@ -114,12 +117,18 @@ def maze_thumbnail(spec: MazeSpec, solved: bool | None = None, cell_px: int = 8,
     frame = render_frame(spec.grid, spec.start, spec.goal, cell_px=cell_px)
     out = np.empty((frame.shape[0] + 2 * border, frame.shape[1] + 2 * border, 3), dtype=np.uint8)
     out[:] = OUTCOME_RGB[None if solved is None else bool(solved)]
-    out[border:border + frame.shape[0], border:border + frame.shape[1]] = frame
+    out[border : border + frame.shape[0], border : border + frame.shape[1]] = frame
     return out
 
 
-def maze_grid(specs: Sequence[MazeSpec], solved: Sequence[bool | None], columns: int = 8, cell_px: int = 8,
-              border: int = 3, gap: int = 2) -> np.ndarray:
+def maze_grid(
+    specs: Sequence[MazeSpec],
+    solved: Sequence[bool | None],
+    columns: int = 8,
+    cell_px: int = 8,
+    border: int = 3,
+    gap: int = 2,
+) -> np.ndarray:
     """Thumbnails of ``specs`` (see :func:`maze_thumbnail`) in rows of ``columns`` on a white sheet (HxWx3 uint8)."""
     if len(specs) != len(solved):
         raise ValueError(f"maze_grid got {len(specs)} mazes but {len(solved)} outcomes")
@@ -134,5 +143,5 @@ def maze_grid(specs: Sequence[MazeSpec], solved: Sequence[bool | None], columns:
     for i, tile in enumerate(tiles):
         r, c = divmod(i, columns)
         y, x = gap + r * (th + gap), gap + c * (tw + gap)
-        sheet[y:y + tile.shape[0], x:x + tile.shape[1]] = tile
+        sheet[y : y + tile.shape[0], x : x + tile.shape[1]] = tile
     return sheet

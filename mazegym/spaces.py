@@ -38,7 +38,9 @@ class SharedTextRows(Sequence):
         if not -self._n <= index < self._n:
             raise IndexError(index)
         width = self._space.max_length
-        row = np.frombuffer(self._memory.get_obj(), dtype=np.int32)[(index % self._n) * width:(index % self._n + 1) * width]
+        row = np.frombuffer(self._memory.get_obj(), dtype=np.int32)[
+            (index % self._n) * width : (index % self._n + 1) * width
+        ]
         chars = self._space.character_list
         return "".join(chars[v] for v in row.tolist() if v < len(chars))
 

@@ -40,8 +40,13 @@ from runners.atomic import fsync_path, replace_dir
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
-REQUIRED_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "trainer_state.pt",
-                  "rng_state.json", "state.json")
+REQUIRED_FILES = (
+    "adapter/adapter_config.json",
+    "adapter/adapter_model.safetensors",
+    "trainer_state.pt",
+    "rng_state.json",
+    "state.json",
+)
 """Files every RL checkpoint holds; a manifest that does not list all of them is broken."""
 VALUE_HEAD_FILE = "adapter/value_head.safetensors"
 """The critic's weights, which checkpoints of runs with a critic (ppo) hold next to the adapter."""
@@ -50,6 +55,8 @@ VALUE_HEAD_FILE = "adapter/value_head.safetensors"
 def required_files(value_head: bool = False) -> tuple[str, ...]:
     """:data:`REQUIRED_FILES`, plus the critic's weights when the run trains a value head."""
     return REQUIRED_FILES + ((VALUE_HEAD_FILE,) if value_head else ())
+
+
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -184,8 +191,14 @@ def run_id_of(directory: str | Path) -> str | None:
 class CheckpointManager:
     """Writes, lists, verifies and prunes the checkpoints of one run directory."""
 
-    def __init__(self, root: str | Path, keep: int = 3, log: Callable[[str], None] = print,
-                 required: tuple[str, ...] = REQUIRED_FILES, run_id: str | None = None):
+    def __init__(
+        self,
+        root: str | Path,
+        keep: int = 3,
+        log: Callable[[str], None] = print,
+        required: tuple[str, ...] = REQUIRED_FILES,
+        run_id: str | None = None,
+    ):
         self.root = Path(root)
         self.keep = max(int(keep), 1)
         self.log = log
@@ -322,12 +335,16 @@ class CheckpointManager:
             self.run_id = run_id_of(path) or new_run_id()
             return path
         if resume == "latest":
-            raise ValueError(f"--resume latest: nothing to resume, {self.root} holds no valid checkpoint "
-                             f"(use --resume none to start fresh in another run dir)")
+            raise ValueError(
+                f"--resume latest: nothing to resume, {self.root} holds no valid checkpoint "
+                f"(use --resume none to start fresh in another run dir)"
+            )
         existing = [path.name for _, path in self.list()]
         if existing:
-            raise ValueError(f"{self.root} already holds checkpoints of an earlier run ({', '.join(existing)}); "
-                             f"a fresh start here would mix runs. Resume it (--resume latest), or start the new run "
-                             f"in another --run-dir, or move those checkpoints aside")
+            raise ValueError(
+                f"{self.root} already holds checkpoints of an earlier run ({', '.join(existing)}); "
+                f"a fresh start here would mix runs. Resume it (--resume latest), or start the new run "
+                f"in another --run-dir, or move those checkpoints aside"
+            )
         self.run_id = new_run_id()
         return None

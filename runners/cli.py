@@ -44,11 +44,20 @@ COMMON_EPILOG = "Config keys (KEY=VALUE overrides; values shown for preset {pres
 
 # --------------------------------------------------------------------------- config assembly
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default=None, help="named preset to start from (default: cpu-maze-vlm; see `mazegym presets`)")
-    parser.add_argument("--config", action="append", default=[], metavar="FILE",
-                        help="YAML or JSON config file, nested like the keys below (repeatable; applied in order)")
+    parser.add_argument(
+        "--preset", default=None, help="named preset to start from (default: cpu-maze-vlm; see `mazegym presets`)"
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML or JSON config file, nested like the keys below (repeatable; applied in order)",
+    )
     parser.add_argument("--run-dir", default=None, help="run directory (same as run_dir=...)")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, e.g. rollout.group_size=8")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, e.g. rollout.group_size=8"
+    )
 
 
 def build_config(args: argparse.Namespace):
@@ -82,8 +91,10 @@ def _fields_help(preset: str) -> str:
         out.append(f"  {key} = {value}")
         if doc:
             out.append(textwrap.fill(doc, width=100, initial_indent="      ", subsequent_indent="      "))
-    out.append("\n  algo.<field>: any hyperparameter of the chosen algorithm, e.g. algo.lr, algo.clip_eps_high,"
-               "\n      algo.kl_coef, algo.entropy_coef (see `mazegym presets --algo grpo`).")
+    out.append(
+        "\n  algo.<field>: any hyperparameter of the chosen algorithm, e.g. algo.lr, algo.clip_eps_high,"
+        "\n      algo.kl_coef, algo.entropy_coef (see `mazegym presets --algo grpo`)."
+    )
     return "\n".join(out)
 
 
@@ -113,7 +124,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise SystemExit(f"runner.kind=ray needs ray (pip install 'ray[default]'): {exc}")
         if not hasattr(ray_runner, "train"):
-            raise SystemExit("runner.kind=ray: runners.ray_runner.train is not available in this build; use runner.kind=local")
+            raise SystemExit(
+                "runner.kind=ray: runners.ray_runner.train is not available in this build; use runner.kind=local"
+            )
         result = ray_runner.train(config, command=_command(args))
     else:
         from runners.local import train
@@ -188,8 +201,10 @@ def eval_config(args: argparse.Namespace):
             return config
     if not args.model:
         validate(config, need_model=False)  # a wrong key or value is the first thing to report
-        raise ValueError(f"{config.run_dir} holds no mazegym run (no config.json); train there first, or pass "
-                         f"--model DIR (and --adapter DIR) to evaluate a model outside a run")
+        raise ValueError(
+            f"{config.run_dir} holds no mazegym run (no config.json); train there first, or pass "
+            f"--model DIR (and --adapter DIR) to evaluate a model outside a run"
+        )
     return config
 
 
@@ -216,7 +231,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         elif args.checkpoint:
             raise ValueError(f"no valid checkpoint in {manager.root}; train first or pass --adapter/--model")
         elif (run_dir / "final_adapter" / "adapter_model.safetensors").is_file():
-            adapter, what = run_dir / "final_adapter", f"final adapter {run_dir / 'final_adapter'} (no valid checkpoint)"
+            adapter, what = (
+                run_dir / "final_adapter",
+                f"final adapter {run_dir / 'final_adapter'} (no valid checkpoint)",
+            )
     model_dir = Path(args.model) if args.model else None
     if model_dir is None:
         sft = find_sft_checkpoint(config) if config.sft.enabled != "never" else None
@@ -224,7 +242,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if adapter is None and sft is not None and not (sft / "config.json").is_file():
             adapter = sft
         if what is None:
-            what = f"SFT result {sft} (the run has no RL checkpoint)" if sft is not None else f"base model {model_dir} (no RL checkpoint, no SFT)"
+            what = (
+                f"SFT result {sft} (the run has no RL checkpoint)"
+                if sft is not None
+                else f"base model {model_dir} (no RL checkpoint, no SFT)"
+            )
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"--model {model_dir} is not a model directory (no config.json)")
     generator = build_generator(config, model_dir, adapter)
@@ -232,8 +254,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     results = {name: eval_step(generator, config, name) for name in sets}
     label = what or f"model {model_dir}"
     out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
-    write_json(out, {"evaluated": label, "model": str(model_dir), "adapter": str(adapter) if adapter else None,
-                     "results": results})
+    write_json(
+        out,
+        {"evaluated": label, "model": str(model_dir), "adapter": str(adapter) if adapter else None, "results": results},
+    )
     print(f"Evaluated {label} on model {model_dir}")
     print(format_table(results))
     print(f"JSON: {out}")
@@ -242,16 +266,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     """A person plays a maze in the terminal (w/a/s/d or words) or in a window."""
-    return play(size=args.size, max_moves=args.max_moves, seed=args.seed, eval_set=args.eval_set, index=args.index,
-                window=args.window)
+    return play(
+        size=args.size,
+        max_moves=args.max_moves,
+        seed=args.seed,
+        eval_set=args.eval_set,
+        index=args.index,
+        window=args.window,
+    )
 
 
 KEYS = {"w": 1, "up": 1, "k": 1, "a": 2, "left": 2, "h": 2, "s": 3, "down": 3, "j": 3, "d": 0, "right": 0, "l": 0}
 """Keys a person can type in `mazegym play` -> env action (0=right 1=up 2=left 3=down)."""
 
 
-def play(size: int = 9, max_moves: int | None = None, seed: int | None = None, eval_set: str | None = None, index: int = 0,
-         window: bool = False, input_fn=input, out=print) -> int:
+def play(
+    size: int = 9,
+    max_moves: int | None = None,
+    seed: int | None = None,
+    eval_set: str | None = None,
+    index: int = 0,
+    window: bool = False,
+    input_fn=input,
+    out=print,
+) -> int:
     """Play one maze interactively; returns 0 when solved, 1 otherwise."""
     import mazegym
     from mazegym.envs.vismaze import VisMazeEnv
@@ -311,7 +349,9 @@ class _Viewer:
         """Display an HxWx3 uint8 frame."""
         from PIL import Image, ImageTk
 
-        self.photo = ImageTk.PhotoImage(Image.fromarray(image).resize((image.shape[1] * 2, image.shape[0] * 2), Image.NEAREST))
+        self.photo = ImageTk.PhotoImage(
+            Image.fromarray(image).resize((image.shape[1] * 2, image.shape[0] * 2), Image.NEAREST)
+        )
         self.label.configure(image=self.photo)
         self.root.update()
 
@@ -352,8 +392,10 @@ def print_plan(config) -> int:
     validate(config, need_model=False)
     model_ok = not config.model.path or (Path(config.model.path).expanduser() / "config.json").is_file()
     if not model_ok:
-        problems.append(f"model.path={config.model.path} has no config.json on this machine: a real run needs the "
-                        f"checkpoint there (or set model.path / MAZEGYM_QWEN3_VL_8B)")
+        problems.append(
+            f"model.path={config.model.path} has no config.json on this machine: a real run needs the "
+            f"checkpoint there (or set model.path / MAZEGYM_QWEN3_VL_8B)"
+        )
     try:
         import torch
 
@@ -361,28 +403,51 @@ def print_plan(config) -> int:
     except Exception:
         gpus = 0
     if config.runner.num_gpus > gpus:
-        problems.append(f"runner.num_gpus={config.runner.num_gpus} but {gpus} GPU(s) are visible here (fine for a dry run)")
+        problems.append(
+            f"runner.num_gpus={config.runner.num_gpus} but {gpus} GPU(s) are visible here (fine for a dry run)"
+        )
     r, loop = config.rollout, config.loop
     episodes = loop.mazes_per_step * r.group_size
     lines = [
         f"Plan for preset {config.preset!r} (dry run: nothing loaded, nothing trained)",
-        f"  model        {config.model.path or 'tiny ' + config.model.tiny + ' model built into ' + config.run_dir + '/base_model'}"
+        "  model        "
+        f"{config.model.path or 'tiny ' + config.model.tiny + ' model built into ' + config.run_dir + '/base_model'}"
         f" ({config.model.dtype} on {config.model.device})",
-        "  stages       " + ("SFT (" + config.sft.mode + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
-                              if config.sft.enabled != "never" else "no SFT (model.path is the start) -> ")
+        "  stages       "
+        + (
+            "SFT (" + config.sft.mode + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
+            if config.sft.enabled != "never"
+            else "no SFT (model.path is the start) -> "
+        )
         + f"RL {config.algo.name} for {loop.steps} steps",
         f"  adapter      LoRA rank {config.lora.rank}, alpha {config.lora.alpha}, "
         f"targets {config.lora.target_modules or 'all language-model linear layers (vision tower excluded)'}"
-        + (f"; trained in full inside it: {', '.join(config.lora.modules_to_save)}" if config.lora.modules_to_save else ""),
+        + (
+            f"; trained in full inside it: {', '.join(config.lora.modules_to_save)}"
+            if config.lora.modules_to_save
+            else ""
+        ),
         f"  algorithm    {config.algo.name} {json.dumps(config.algo.params)}",
-        f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= {r.max_moves} turns each,"
+        f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= "
+        f"{r.max_moves} turns each,"
         f" obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
-        f"  generation   backend {loop.backend}" + (f", vLLM gpu_memory_utilization {config.runner.vllm_gpu_memory_utilization}" if loop.backend == "vllm" else ""),
+        f"  generation   backend {loop.backend}"
+        + (
+            f", vLLM gpu_memory_utilization {config.runner.vllm_gpu_memory_utilization}"
+            if loop.backend == "vllm"
+            else ""
+        ),
         f"  runner       {config.runner.kind}: {config.runner.num_workers} worker(s), {config.runner.num_gpus} GPU(s)"
-        + (" -- one colocated vLLM engine + one training rank per GPU, LoRA synced through the shared run dir" if config.runner.kind == "ray" else ""),
-        f"  eval         greedy on {config.maze.eval_set} (64 fixed {config.maze.size}x{config.maze.size} mazes) every {config.eval.every} steps"
+        + (
+            " -- one colocated vLLM engine + one training rank per GPU, LoRA synced through the shared run dir"
+            if config.runner.kind == "ray"
+            else ""
+        ),
+        f"  eval         greedy on {config.maze.eval_set} (64 fixed {config.maze.size}x{config.maze.size} "
+        f"mazes) every {config.eval.every} steps"
         + (f"; held-out: {', '.join(config.maze.heldout_sets)}" if config.maze.heldout_sets else ""),
-        f"  checkpoints  every {config.checkpoint.every} steps + final, keep {config.checkpoint.keep}, resume={config.checkpoint.resume}",
+        f"  checkpoints  every {config.checkpoint.every} steps + final, keep {config.checkpoint.keep}, "
+        f"resume={config.checkpoint.resume}",
         f"  run dir      {config.run_dir}",
         "",
         "Resolved config:",
@@ -413,61 +478,104 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     def config_command(name: str, func: Callable[[argparse.Namespace], int], help: str, description: str):
         """A subcommand that takes a config (--preset/--config/--run-dir/KEY=VALUE); --help lists every key."""
-        p = sub.add_parser(name, help=help, description=description, epilog=epilog() if lazy else None, formatter_class=fmt)
+        p = sub.add_parser(
+            name, help=help, description=description, epilog=epilog() if lazy else None, formatter_class=fmt
+        )
         _add_config_args(p)
         p.set_defaults(func=func)
         return p
 
-    p = config_command("train", cmd_train, help="SFT (if needed) then RL (GRPO by default); prints the before/after table",
-                       description="Run the main job: SFT on oracle demonstrations when no SFT checkpoint exists, then RL "
-                                   "(any registered algorithm; GRPO by default), evaluation before and after, checkpoints.")
-    p.add_argument("--resume", default=None, help="latest | none | PATH (default: latest when the run dir has checkpoints)")
-    p.add_argument("--dry-run", action="store_true", help="validate the config and print the resolved plan; needs no GPU and loads nothing")
+    p = config_command(
+        "train",
+        cmd_train,
+        help="SFT (if needed) then RL (GRPO by default); prints the before/after table",
+        description="Run the main job: SFT on oracle demonstrations when no SFT checkpoint exists, then RL "
+        "(any registered algorithm; GRPO by default), evaluation before and after, checkpoints.",
+    )
+    p.add_argument(
+        "--resume", default=None, help="latest | none | PATH (default: latest when the run dir has checkpoints)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config and print the resolved plan; needs no GPU and loads nothing",
+    )
 
-    p = config_command("sft", cmd_sft, help="only the supervised stage on BFS-oracle demonstrations",
-                       description="Supervised fine-tuning on oracle demonstrations (optionally with exploratory detours, "
-                                   "sft.detours=N) in the conversation format RL uses; writes <run_dir>/sft and evaluates it.")
+    p = config_command(
+        "sft",
+        cmd_sft,
+        help="only the supervised stage on BFS-oracle demonstrations",
+        description="Supervised fine-tuning on oracle demonstrations (optionally with exploratory detours, "
+        "sft.detours=N) in the conversation format RL uses; writes <run_dir>/sft and evaluates it.",
+    )
     p.add_argument("--no-eval", action="store_true", help="skip the evaluation after SFT")
 
-    p = config_command("eval", cmd_eval, help="evaluate a checkpoint / adapter / model on the fixed and held-out sets",
-                       description="Greedy evaluation (solve rate from task reward only, SPL, invalid-action rate, mean moves, "
-                                   "per size) of a checkpoint, an adapter or a model. Writes JSON and prints a table.")
-    p.add_argument("--checkpoint", default=None, help="latest | PATH: evaluate the adapter of this RL checkpoint "
-                                                           "(default: the run's latest checkpoint, unless --adapter/--model)")
+    p = config_command(
+        "eval",
+        cmd_eval,
+        help="evaluate a checkpoint / adapter / model on the fixed and held-out sets",
+        description="Greedy evaluation (solve rate from task reward only, SPL, invalid-action rate, mean moves, "
+        "per size) of a checkpoint, an adapter or a model. Writes JSON and prints a table.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="latest | PATH: evaluate the adapter of this RL checkpoint "
+        "(default: the run's latest checkpoint, unless --adapter/--model)",
+    )
     p.add_argument("--adapter", default=None, help="PEFT adapter directory to evaluate on top of the model")
     p.add_argument("--model", default=None, help="model directory (default: the model the run's RL started from)")
-    p.add_argument("--sets", default=None, help="comma-separated eval sets (default: maze.eval_set + maze.heldout_sets)")
+    p.add_argument(
+        "--sets", default=None, help="comma-separated eval sets (default: maze.eval_set + maze.heldout_sets)"
+    )
     p.add_argument("--temperature", type=float, default=None, help="decoding temperature (default 0 = greedy)")
     p.add_argument("--json", default=None, help="where to write the JSON results (default <run_dir>/eval/eval.json)")
 
-    p = sub.add_parser("report", help="write a run's HTML report (learning curves, eval grid, replays, config)",
-                       description="Write one self-contained HTML file (images embedded, no network, no script) from "
-                                   "what a run dir holds: learning curves from metrics.jsonl, the fixed eval set as "
-                                   "solved/failed thumbnails before and after RL, GIF replays of the trained agent "
-                                   "from the per-maze eval records, the config, commands, versions and timings.",
-                       formatter_class=fmt)
+    p = sub.add_parser(
+        "report",
+        help="write a run's HTML report (learning curves, eval grid, replays, config)",
+        description="Write one self-contained HTML file (images embedded, no network, no script) from "
+        "what a run dir holds: learning curves from metrics.jsonl, the fixed eval set as "
+        "solved/failed thumbnails before and after RL, GIF replays of the trained agent "
+        "from the per-maze eval records, the config, commands, versions and timings.",
+        formatter_class=fmt,
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-maze-vlm)")
     p.add_argument("--out", default=None, help="where to write the HTML (default RUN_DIR/report.html)")
     p.add_argument("--replays", type=int, default=3, help="GIF replays per outcome, solved and failed (default 3)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("play", help="play a maze yourself (terminal, or --window)",
-                       description="Play a maze: type w/a/s/d (or up/left/down/right) and Enter; q quits.", formatter_class=fmt)
+    p = sub.add_parser(
+        "play",
+        help="play a maze yourself (terminal, or --window)",
+        description="Play a maze: type w/a/s/d (or up/left/down/right) and Enter; q quits.",
+        formatter_class=fmt,
+    )
     p.add_argument("--size", type=int, default=9, help="grid side, odd (default 9, VisMaze-v0)")
-    p.add_argument("--max-moves", type=int, default=None, help="move limit (default: the registered env's, else 2*size)")
+    p.add_argument(
+        "--max-moves", type=int, default=None, help="move limit (default: the registered env's, else 2*size)"
+    )
     p.add_argument("--seed", type=int, default=None, help="maze seed (default: random)")
     p.add_argument("--eval-set", default=None, help="play maze --index of this fixed eval set instead")
     p.add_argument("--index", type=int, default=0, help="index into --eval-set")
     p.add_argument("--window", action="store_true", help="also show the image observation in a window (needs tkinter)")
     p.set_defaults(func=cmd_play)
 
-    p = config_command("export", cmd_export, help="export the adapter (and optionally a merged model) for vLLM / transformers",
-                       description="Copy the trained adapter in PEFT format next to the model it applies to, optionally merge "
-                                   "it, and write SERVING.md with the vLLM and transformers commands.")
+    p = config_command(
+        "export",
+        cmd_export,
+        help="export the adapter (and optionally a merged model) for vLLM / transformers",
+        description="Copy the trained adapter in PEFT format next to the model it applies to, optionally merge "
+        "it, and write SERVING.md with the vLLM and transformers commands.",
+    )
     p.add_argument("--checkpoint", default="latest", help="latest | PATH (default: the newest valid checkpoint)")
     p.add_argument("--out", default=None, help="output directory (default <run_dir>/export)")
     p.add_argument("--merged", action="store_true", help="also write the model with the adapter merged in")
-    p.add_argument("--force", action="store_true", help="replace --out even when it is a non-empty directory that holds no earlier export")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out even when it is a non-empty directory that holds no earlier export",
+    )
 
     from runners.submit import add_submit_command
 
@@ -499,8 +607,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyError as exc:
         key = exc.args[0] if exc.args else "?"
-        print(f"mazegym {args.command}: error (KeyError): missing key {key!r} in data this command read; the file is "
-              f"probably from another mazegym version or damaged: rerun the step that wrote it", file=sys.stderr)
+        print(
+            f"mazegym {args.command}: error (KeyError): missing key {key!r} in data this command read; the file is "
+            f"probably from another mazegym version or damaged: rerun the step that wrote it",
+            file=sys.stderr,
+        )
         return 2
     except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError) as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)

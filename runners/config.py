@@ -40,9 +40,13 @@ class ModelConfig:
     """Which model to train."""
 
     path: str = ""
-    """Local directory of a Hugging Face model (config.json, weights, tokenizer). Empty: build the tiny model named by `tiny` into <run_dir>/base_model."""
+    """Local directory of a Hugging Face model (config.json, weights, tokenizer). Empty: build the tiny model named by
+    `tiny` into <run_dir>/base_model.
+    """
     tiny: str = "text"
-    """Tiny model to build when `path` is empty: "maze-vlm" (recurrent-conv vision encoder -> projector -> Qwen2 decoder, image observations), "text" (Qwen2 LM, ASCII observations) or "vlm" (Qwen2-VL, image observations)."""
+    """Tiny model to build when `path` is empty: "maze-vlm" (recurrent-conv vision encoder -> projector -> Qwen2
+    decoder, image observations), "text" (Qwen2 LM, ASCII observations) or "vlm" (Qwen2-VL, image observations).
+    """
     tiny_layers: int = 2
     """Decoder layers of the tiny model."""
     tiny_hidden: int = 128
@@ -50,13 +54,19 @@ class ModelConfig:
     vision_width: int = 32
     """Tiny maze-vlm only: channels of the recurrent conv vision encoder."""
     vision_iterations: int = 20
-    """Tiny maze-vlm only: iterations of the recurrent conv block when the model is built (raise it at inference for larger mazes with eval.vision_iterations)."""
+    """Tiny maze-vlm only: iterations of the recurrent conv block when the model is built (raise it at inference for
+    larger mazes with eval.vision_iterations).
+    """
     vision_patch_px: int = 5
     """Tiny maze-vlm only: each maze cell is downsampled to this many pixels per side before the patch embedding."""
     task_tokens: bool = True
-    """Tiny models only: give the fixed prompt phrases (system prompt, per-turn phrases) one token each, so a turn is ~100 tokens instead of ~530 bytes."""
+    """Tiny models only: give the fixed prompt phrases (system prompt, per-turn phrases) one token each, so a turn is
+    ~100 tokens instead of ~530 bytes.
+    """
     image_cell_px: int = 28
-    """Tiny VLM only: pixels per maze cell in the image, and the image budget is set so that one cell is exactly one merged vision token (28 px = 2x2 patches of 14 px)."""
+    """Tiny VLM only: pixels per maze cell in the image, and the image budget is set so that one cell is exactly one
+    merged vision token (28 px = 2x2 patches of 14 px).
+    """
     dtype: str = "float32"
     """Weights dtype for training and HF generation: float32, bfloat16 or float16."""
     device: str = "cpu"
@@ -70,7 +80,9 @@ class MazeConfig:
     size: int = 7
     """Grid side, outer walls included (odd, >= 5). VisMaze-v0 is 9."""
     eval_set: str = "heldout-7x7"
-    """The fixed 64-maze evaluation set of the case-study table (mazegym.evalsets.EVAL_SETS); its size must equal `size`."""
+    """The fixed 64-maze evaluation set of the case-study table (mazegym.evalsets.EVAL_SETS); its size must equal
+    `size`.
+    """
     heldout_sets: list[str] = field(default_factory=list)
     """Extra fixed sets evaluated at the end (e.g. VisMaze-v0); they may have other sizes."""
     generator: str = "wilson"
@@ -86,9 +98,14 @@ class AlgoConfig:
     name: str = "grpo"
     """Registered algorithm (grpo, dr_grpo, dapo, rloo, gigpo, ppo; ppo adds a value head to the policy)."""
     params: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the algorithm's config fields (set them as algo.<field>=value, e.g. algo.lr=1e-4); checked against algos.config_class(name)."""
+    """Overrides of the algorithm's config fields (set them as algo.<field>=value, e.g. algo.lr=1e-4); checked against
+    algos.config_class(name).
+    """
     episode_mean: bool = True
-    """Weight every episode equally in the loss (each turn's advantage x mean turns / its episode's turns); passed to the algorithm's own episode_mean. Without it, long failed episodes outweigh short successes and GRPO pushes down the common correct moves."""
+    """Weight every episode equally in the loss (each turn's advantage x mean turns / its episode's turns); passed to
+    the algorithm's own episode_mean. Without it, long failed episodes outweigh short successes and GRPO pushes down
+    the common correct moves.
+    """
 
 
 @dataclass
@@ -96,7 +113,9 @@ class SFTConfig:
     """Supervised fine-tuning on BFS-oracle demonstrations (the stage before RL)."""
 
     enabled: str = "auto"
-    """"auto": run SFT when no SFT checkpoint exists in <run_dir>/sft; "always": retrain; "never": start RL from the base model."""
+    """"auto": run SFT when no SFT checkpoint exists in <run_dir>/sft; "always": retrain; "never": start RL from the
+    base model.
+    """
     mode: str = "full"
     """"full" trains every weight (tiny models from scratch); "lora" trains the LoRA adapter (pretrained models)."""
     steps: int = 300
@@ -106,11 +125,17 @@ class SFTConfig:
     lr: float = 1e-3
     """Peak AdamW learning rate (linear warmup, cosine decay to 10%)."""
     detours: int = 0
-    """Exploratory back-and-forth pairs inserted into each demonstration (VisGym's padded solver); 0 = shortest paths."""
+    """Exploratory back-and-forth pairs inserted into each demonstration (VisGym's padded solver); 0 = shortest paths.
+    """
     random_starts: float = 0.0
-    """Fraction of demonstrations that start from a random open cell instead of the maze's start, so SFT also shows the moves at cells off the shortest path (the cells RL rollouts visit)."""
+    """Fraction of demonstrations that start from a random open cell instead of the maze's start, so SFT also shows the
+    moves at cells off the shortest path (the cells RL rollouts visit).
+    """
     vision_steps: int = 0
-    """Vision-encoder pretraining steps before the SFT steps (models with a vision pretraining objective: MazeVLM): the encoder alone learns the demonstrated move from its agent context and the agent's cell, on the same demonstration stream (the demonstration budget is (vision_steps + steps) x batch_size moves). 0 = none."""
+    """Vision-encoder pretraining steps before the SFT steps (models with a vision pretraining objective: MazeVLM): the
+    encoder alone learns the demonstrated move from its agent context and the agent's cell, on the same
+    demonstration stream (the demonstration budget is (vision_steps + steps) x batch_size moves). 0 = none.
+    """
     vision_lr: float = 2e-3
     """Constant AdamW learning rate of vision pretraining."""
     seed: int = 0
@@ -118,7 +143,9 @@ class SFTConfig:
     freeze_vision: bool = True
     """Full mode on a VLM: keep the vision encoder frozen (its merger still trains); much cheaper on CPU."""
     localization_weight: float = 1.0
-    """Weight of the agent-localisation loss of models that have one (MazeVLM's agent context: cross-entropy of its agent scores against the agent's cell); other models ignore it."""
+    """Weight of the agent-localisation loss of models that have one (MazeVLM's agent context: cross-entropy of its
+    agent scores against the agent's cell); other models ignore it.
+    """
     checkpoint: str = ""
     """Use this SFT checkpoint (a model dir, or an adapter dir in lora mode) instead of <run_dir>/sft/model."""
 
@@ -154,7 +181,9 @@ class EvalConfig:
     before_rl: bool = True
     """Evaluate the SFT start before the first RL step (the "before" row of the table)."""
     scale_vision_iterations: bool = True
-    """Models with a recurrent vision encoder (MazeVLM): on sets of larger mazes than maze.size, run ceil(iterations x set size / maze.size) encoder iterations (no retraining)."""
+    """Models with a recurrent vision encoder (MazeVLM): on sets of larger mazes than maze.size, run ceil(iterations x
+    set size / maze.size) encoder iterations (no retraining).
+    """
 
 
 @dataclass
@@ -246,7 +275,11 @@ def field_docs(cls: type) -> dict[str, str]:
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
         for node, nxt in zip(body, body[1:]):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):
+                if (
+                    isinstance(nxt, ast.Expr)
+                    and isinstance(getattr(nxt, "value", None), ast.Constant)
+                    and isinstance(nxt.value.value, str)
+                ):
                     docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
 
@@ -293,7 +326,9 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if origin in (list, tuple):
         if isinstance(value, str):
             text = value.strip()
-            items = _parse_literal(text) if text.startswith("[") else ([v for v in text.split(",") if v] if text else [])
+            items = (
+                _parse_literal(text) if text.startswith("[") else ([v for v in text.split(",") if v] if text else [])
+            )
         else:
             items = value
         if not isinstance(items, (list, tuple)):
@@ -364,12 +399,17 @@ def set_value(config: Any, dotted: str, value: Any) -> None:
             return
         names = [f.name for f in dataclasses.fields(node)]
         if part not in names:
-            raise ConfigError(f"unknown config key {path!r}{_suggest(part, names)}; valid keys here: {', '.join(names)}")
+            raise ConfigError(
+                f"unknown config key {path!r}{_suggest(part, names)}; valid keys here: {', '.join(names)}"
+            )
         if i == len(parts) - 1:
             current = getattr(node, part)
             if dataclasses.is_dataclass(current):
                 if not isinstance(value, dict):
-                    raise ConfigError(f"{path} is a section; set one of its keys, e.g. {path}.{dataclasses.fields(current)[0].name}=...")
+                    raise ConfigError(
+                        f"{path} is a section; set one of its keys, e.g. "
+                        f"{path}.{dataclasses.fields(current)[0].name}=..."
+                    )
                 for k, v in value.items():
                     set_value(current, k, v)
                 return
@@ -389,12 +429,16 @@ def _set_algo_param(algo: AlgoConfig, name: str, value: Any) -> None:
     cls = algos.config_class(algo.name)
     valid = [f.name for f in dataclasses.fields(cls)]
     if name not in valid:
-        raise ConfigError(f"unknown key algo.{name} for algorithm {algo.name!r}{_suggest(name, valid)}; valid: {', '.join(valid)}")
+        raise ConfigError(
+            f"unknown key algo.{name} for algorithm {algo.name!r}{_suggest(name, valid)}; valid: {', '.join(valid)}"
+        )
     algo.params[name] = coerce(value, _resolve_type(cls, name), f"algo.{name}")
 
 
 def _served_through_prompt_embeds(config: TrainConfig) -> bool:
-    """True when vLLM would serve the configured model through prompt embeddings (MazeVLM: the tiny one or a local dir)."""
+    """True when vLLM would serve the configured model through prompt embeddings (MazeVLM: the tiny one or a local
+    dir).
+    """
     if not config.model.path:
         return config.model.tiny == "maze-vlm"
     from runners.generation.vision_embeds import needs_prompt_embeds
@@ -451,7 +495,9 @@ def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
         try:
             import yaml
         except ImportError:
-            raise ConfigError(f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the config as JSON") from None
+            raise ConfigError(
+                f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the config as JSON"
+            ) from None
         data = yaml.safe_load(text) or {}
     else:
         try:
@@ -514,12 +560,17 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         if value not in allowed:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
     if config.algo.name not in algos.available():
-        raise ConfigError(f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of {', '.join(algos.available())}")
+        raise ConfigError(
+            f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of "
+            f"{', '.join(algos.available())}"
+        )
     if config.rollout.branching and algos.get(config.algo.name).needs_value_head:
         also = " algo.skip_zero_advantage=false" if config.algo.params.get("skip_zero_advantage") else ""
-        raise ConfigError(f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
-                          f"trains a critic over whole plays: set rollout.branching=false{also} for it, or use a "
-                          "group-relative algorithm (grpo, dr_grpo, rloo, dapo)")
+        raise ConfigError(
+            f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
+            f"trains a critic over whole plays: set rollout.branching=false{also} for it, or use a "
+            "group-relative algorithm (grpo, dr_grpo, rloo, dapo)"
+        )
     try:
         algos.get(config.algo.name).check_config(algos.make_config(config.algo.name, **config.algo.params))
     except (TypeError, ValueError) as exc:
@@ -529,14 +580,20 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             raise ConfigError(f"maze eval set {name!r} does not exist; choose one of {', '.join(sorted(EVAL_SETS))}")
     if EVAL_SETS[config.maze.eval_set].size != config.maze.size:
         raise ConfigError(
-            f"maze.eval_set={config.maze.eval_set!r} has {EVAL_SETS[config.maze.eval_set].size}x{EVAL_SETS[config.maze.eval_set].size} mazes "
+            f"maze.eval_set={config.maze.eval_set!r} has "
+            f"{EVAL_SETS[config.maze.eval_set].size}x{EVAL_SETS[config.maze.eval_set].size} mazes "
             f"but maze.size={config.maze.size}; pick the set of your size"
         )
     if config.maze.size < 5 or config.maze.size % 2 == 0:
         raise ConfigError(f"maze.size must be odd and >= 5, got {config.maze.size}")
-    positive = {"loop.mazes_per_step": config.loop.mazes_per_step, "sft.batch_size": config.sft.batch_size,
-                "rollout.group_size": config.rollout.group_size, "rollout.max_moves": config.rollout.max_moves,
-                "lora.rank": config.lora.rank, "checkpoint.keep": config.checkpoint.keep}
+    positive = {
+        "loop.mazes_per_step": config.loop.mazes_per_step,
+        "sft.batch_size": config.sft.batch_size,
+        "rollout.group_size": config.rollout.group_size,
+        "rollout.max_moves": config.rollout.max_moves,
+        "lora.rank": config.lora.rank,
+        "checkpoint.keep": config.checkpoint.keep,
+    }
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be >= 1, got {value}")
@@ -552,24 +609,41 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
     if config.rollout.branching:
         algo_config = algos.make_config(config.algo.name, **config.algo.params)
         if algo_config.old_logprobs != "recompute":
-            raise ConfigError("rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
-                              "log-probs; set algo.old_logprobs=recompute")
+            raise ConfigError(
+                "rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
+                "log-probs; set algo.old_logprobs=recompute"
+            )
     from mazegym.envs.vismaze import VisMazeEnv
 
     try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run
-        VisMazeEnv(size=config.maze.size, max_moves=config.rollout.max_moves, obs_mode=config.rollout.obs_mode,
-                   require_stop=config.rollout.require_stop, **config.rollout.env_kwargs)
+        VisMazeEnv(
+            size=config.maze.size,
+            max_moves=config.rollout.max_moves,
+            obs_mode=config.rollout.obs_mode,
+            require_stop=config.rollout.require_stop,
+            **config.rollout.env_kwargs,
+        )
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"rollout.env_kwargs={config.rollout.env_kwargs!r} (or the maze/rollout settings the env "
-                          f"is built with): {exc}") from None
+        raise ConfigError(
+            f"rollout.env_kwargs={config.rollout.env_kwargs!r} (or the maze/rollout settings the env "
+            f"is built with): {exc}"
+        ) from None
     if config.rollout.obs_mode in ("image", "both") and not config.model.path and config.model.tiny == "text":
-        raise ConfigError("rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or rollout.obs_mode=text")
+        raise ConfigError(
+            "rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or "
+            "rollout.obs_mode=text"
+        )
     if not config.model.path and config.model.tiny == "maze-vlm" and config.rollout.obs_mode != "image":
         raise ConfigError("model.tiny=maze-vlm reads the maze image only; set rollout.obs_mode=image")
-    if config.lora.modules_to_save and config.loop.backend == "vllm" and not (
-            config.lora.modules_to_save == ["vision_tower"] and _served_through_prompt_embeds(config)):
-        raise ConfigError("lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's "
-                          "vision_tower excepted: its encoder runs beside the engine); use loop.backend=hf or leave it empty")
+    if (
+        config.lora.modules_to_save
+        and config.loop.backend == "vllm"
+        and not (config.lora.modules_to_save == ["vision_tower"] and _served_through_prompt_embeds(config))
+    ):
+        raise ConfigError(
+            "lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's "
+            "vision_tower excepted: its encoder runs beside the engine); use loop.backend=hf or leave it empty"
+        )
     if not 0.0 <= config.sft.random_starts <= 1.0:
         raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")
     for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
@@ -585,4 +659,6 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             )
     resume = config.checkpoint.resume
     if resume not in ("auto", "latest", "none") and not Path(resume).exists():
-        raise ConfigError(f"checkpoint.resume={resume!r}: no such checkpoint; use auto, latest, none or an existing checkpoint path")
+        raise ConfigError(
+            f"checkpoint.resume={resume!r}: no such checkpoint; use auto, latest, none or an existing checkpoint path"
+        )

@@ -97,30 +97,40 @@ def maze_records(episodes: Sequence[Episode], mazes: Sequence[Any] | None = None
     records = []
     for ep in episodes:
         invalid = [t.text for t in ep.turns if not t.valid]
-        records.append({
-            "index": index.get(ep.maze_id),
-            "maze_id": ep.maze_id,
-            "size": int(ep.info.get("size", 0)),
-            "success": task_success(ep),
-            "moves": ep.num_moves,
-            "optimal_moves": int(ep.optimal_moves),
-            "actions": [None if t.action is None or not t.valid else int(t.action) for t in ep.turns],
-            "invalid": len(invalid),
-            "invalid_samples": [text[:SAMPLE_CHARS] for text in invalid[:INVALID_SAMPLES]],
-        })
+        records.append(
+            {
+                "index": index.get(ep.maze_id),
+                "maze_id": ep.maze_id,
+                "size": int(ep.info.get("size", 0)),
+                "success": task_success(ep),
+                "moves": ep.num_moves,
+                "optimal_moves": int(ep.optimal_moves),
+                "actions": [None if t.action is None or not t.valid else int(t.action) for t in ep.turns],
+                "invalid": len(invalid),
+                "invalid_samples": [text[:SAMPLE_CHARS] for text in invalid[:INVALID_SAMPLES]],
+            }
+        )
     return records
 
 
-def eval_summary(set_name: str, episodes: Sequence[Episode], rollout: RolloutConfig,
-                 temperature: float = 0.0) -> dict[str, Any]:
+def eval_summary(
+    set_name: str, episodes: Sequence[Episode], rollout: RolloutConfig, temperature: float = 0.0
+) -> dict[str, Any]:
     """The summary of one evaluation of ``set_name``, with its per-maze records under ``"mazes"``.
 
     ``"env"`` holds the settings an episode replays with (move limit, stop rule, env kwargs).
     """
-    return {"set": set_name, "decoding": "greedy" if temperature <= 0 else f"T={temperature}", **summarize(episodes),
-            "env": {"max_moves": EVAL_SETS[set_name].max_moves, "require_stop": rollout.require_stop,
-                    "env_kwargs": dict(rollout.env_kwargs)},
-            "mazes": maze_records(episodes, load_eval_set(set_name))}
+    return {
+        "set": set_name,
+        "decoding": "greedy" if temperature <= 0 else f"T={temperature}",
+        **summarize(episodes),
+        "env": {
+            "max_moves": EVAL_SETS[set_name].max_moves,
+            "require_stop": rollout.require_stop,
+            "env_kwargs": dict(rollout.env_kwargs),
+        },
+        "mazes": maze_records(episodes, load_eval_set(set_name)),
+    }
 
 
 RECORD_KEYS = ("env", "mazes")
@@ -145,8 +155,15 @@ def write_eval_records(run_dir: str | Path, step: int, summary: dict[str, Any], 
     """
     from runners import atomic
 
-    data = {"format": RECORDS_FORMAT, "step": int(step), "set": summary.get("set"), "label": label,
-            "summary": strip_records(summary), "env": summary.get("env", {}), "mazes": list(summary.get("mazes", []))}
+    data = {
+        "format": RECORDS_FORMAT,
+        "step": int(step),
+        "set": summary.get("set"),
+        "label": label,
+        "summary": strip_records(summary),
+        "env": summary.get("env", {}),
+        "mazes": list(summary.get("mazes", [])),
+    }
     return atomic.write_json(records_path(run_dir, step, summary.get("set", "unknown")), data)
 
 
@@ -198,8 +215,11 @@ def replay_record(record: dict[str, Any], env: dict[str, Any], spec: Any):
     """
     from mazegym.recording import replay
 
-    kwargs = {"max_moves": env.get("max_moves", max(1, len(record["actions"]))),
-              "require_stop": env.get("require_stop", False), **env.get("env_kwargs", {})}
+    kwargs = {
+        "max_moves": env.get("max_moves", max(1, len(record["actions"]))),
+        "require_stop": env.get("require_stop", False),
+        **env.get("env_kwargs", {}),
+    }
     return replay(spec, record["actions"], **kwargs)
 
 
@@ -209,8 +229,14 @@ def eval_rollout_config(base: RolloutConfig, set_name: str, temperature: float =
     return dataclasses.replace(base, max_moves=info.max_moves, temperature=temperature, group_size=1)
 
 
-def evaluate_set(generator: Any, set_name: str, rollout: RolloutConfig, temperature: float = 0.0, seed: int = 0,
-                 return_episodes: bool = False) -> dict[str, Any] | tuple[dict[str, Any], list[Episode]]:
+def evaluate_set(
+    generator: Any,
+    set_name: str,
+    rollout: RolloutConfig,
+    temperature: float = 0.0,
+    seed: int = 0,
+    return_episodes: bool = False,
+) -> dict[str, Any] | tuple[dict[str, Any], list[Episode]]:
     """Play every maze of ``set_name`` once (greedy unless ``temperature`` > 0) and summarise.
 
     The summary includes the per-maze records (``"mazes"``) and replay settings (``"env"``), see

@@ -30,8 +30,13 @@ def _rl_start_model(config: TrainConfig) -> Path:
     return base_model_dir(config)
 
 
-def export(config: TrainConfig, checkpoint: str = "latest", out_dir: str | None = None, merged: bool = False,
-           force: bool = False) -> Path:
+def export(
+    config: TrainConfig,
+    checkpoint: str = "latest",
+    out_dir: str | None = None,
+    merged: bool = False,
+    force: bool = False,
+) -> Path:
     """Write adapter (+ base model when local-only, + merged model) and SERVING.md; returns the output dir.
 
     The export is built in a hidden directory beside ``out_dir`` and swapped into place, so a
@@ -42,14 +47,18 @@ def export(config: TrainConfig, checkpoint: str = "latest", out_dir: str | None 
     ckpt = CheckpointManager(run_dir / "checkpoints").resolve(checkpoint)
     adapter_src = ckpt / "adapter" if ckpt is not None else run_dir / "final_adapter"
     if not (adapter_src / "adapter_model.safetensors").is_file():
-        raise FileNotFoundError(f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first")
+        raise FileNotFoundError(
+            f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first"
+        )
     model = _rl_start_model(config)
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")
     final = Path(out_dir) if out_dir else run_dir / "export"
     if final.exists() and not force and not _is_export(final):
-        raise FileExistsError(f"--out {final} is not empty and holds no earlier export; exporting would delete its "
-                              f"files. Choose an empty directory, or pass --force to replace it")
+        raise FileExistsError(
+            f"--out {final} is not empty and holds no earlier export; exporting would delete its "
+            f"files. Choose an empty directory, or pass --force to replace it"
+        )
     out = atomic.temp_dir_beside(final)
     try:
         _write_export(config, ckpt, adapter_src, model, out, final, merged)
@@ -64,8 +73,9 @@ def _is_export(directory: Path) -> bool:
     return directory.is_dir() and (not any(directory.iterdir()) or (directory / "export.json").is_file())
 
 
-def _write_export(config: TrainConfig, ckpt: Path | None, adapter_src: Path, model: Path, out: Path, final: Path,
-                  merged: bool) -> None:
+def _write_export(
+    config: TrainConfig, ckpt: Path | None, adapter_src: Path, model: Path, out: Path, final: Path, merged: bool
+) -> None:
     """Fill the staging dir ``out`` with the adapter, base model (when local-only), merged model and
     SERVING.md; every path written into the files names its place under ``final``, where ``out`` goes."""
     final = final.resolve()
@@ -92,7 +102,7 @@ def _write_export(config: TrainConfig, ckpt: Path | None, adapter_src: Path, mod
         f"    vllm serve {base_public} --enable-lora --max-lora-rank {rank} \\",
         f"        --lora-modules mazegym={adapter_public}",
         "",
-        "then send chat requests with model=\"mazegym\" in the format of mazegym.llm (system_prompt + user_message).",
+        'then send chat requests with model="mazegym" in the format of mazegym.llm (system_prompt + user_message).',
         "",
         "transformers + PEFT:",
         "",
@@ -103,8 +113,13 @@ def _write_export(config: TrainConfig, ckpt: Path | None, adapter_src: Path, mod
     if merged:
         serving += ["Merged model (no PEFT needed):", "", f"    vllm serve {final / 'merged'}", ""]
     (out / "SERVING.md").write_text("\n".join(serving))
-    meta = {"checkpoint": str(ckpt) if ckpt else None, "adapter": str(adapter_public), "base_model": str(base_public),
-            "merged": merged, "preset": config.preset}
+    meta = {
+        "checkpoint": str(ckpt) if ckpt else None,
+        "adapter": str(adapter_public),
+        "base_model": str(base_public),
+        "merged": merged,
+        "preset": config.preset,
+    }
     (out / "export.json").write_text(json.dumps(meta, indent=2))
 
 
@@ -114,7 +129,11 @@ def _merge(base: Path, adapter: Path, target: Path) -> None:
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
-    auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
+    auto = (
+        AutoModelForImageTextToText
+        if hasattr(AutoConfig.from_pretrained(base), "vision_config")
+        else AutoModelForCausalLM
+    )
     model = auto.from_pretrained(str(base), dtype=torch.float32)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     model.save_pretrained(str(target), safe_serialization=True)

@@ -100,8 +100,11 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     names = set(getattr(base, "_no_split_modules", None) or [])
     vision = re.compile(VISION_MODULE_PATTERN)
-    return [module for name, module in model.named_modules()
-            if type(module).__name__ in names and not vision.fullmatch(name)]
+    return [
+        module
+        for name, module in model.named_modules()
+        if type(module).__name__ in names and not vision.fullmatch(name)
+    ]
 
 
 def fsdp_modules(model: nn.Module) -> list[Any]:
@@ -144,9 +147,11 @@ def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> "Shard
         if hasattr(module, "set_reduce_scatter_unused_params"):
             module.set_reduce_scatter_unused_params(True, recurse=False)
         elif mesh.size() > 1:  # one rank cannot disagree with itself on which parameters got gradients
-            raise RuntimeError(f"torch {torch.__version__} has no FSDPModule.set_reduce_scatter_unused_params, which "
-                               "several ranks need (a rank without image turns leaves the vision tower without "
-                               "gradients); use the pinned torch (pyproject.toml) or run one worker")
+            raise RuntimeError(
+                f"torch {torch.__version__} has no FSDPModule.set_reduce_scatter_unused_params, which "
+                "several ranks need (a rank without image turns leaves the vision tower without "
+                "gradients); use the pinned torch (pyproject.toml) or run one worker"
+            )
     return ShardedLoRALMPolicy(policy, mesh)
 
 
@@ -209,8 +214,10 @@ class ShardedLoRALMPolicy(LoRALMPolicy):
 
 
 def _unsaveable() -> RuntimeError:
-    return RuntimeError("the policy is FSDP-sharded: gather the adapter on every rank (runners.fsdp.gather_adapter), "
-                        "then write it on one (runners.fsdp.save_full_adapter)")
+    return RuntimeError(
+        "the policy is FSDP-sharded: gather the adapter on every rank (runners.fsdp.gather_adapter), "
+        "then write it on one (runners.fsdp.save_full_adapter)"
+    )
 
 
 # ------------------------------------------------------------------------------ adapter I/O
@@ -249,7 +256,7 @@ def save_full_adapter(policy: Any, state: dict[str, torch.Tensor], directory: st
     directory.mkdir(parents=True, exist_ok=True)
     lora = {k: v for k, v in state.items() if not _is_critic(k)}
     policy.model.save_pretrained(str(directory), safe_serialization=True, state_dict=lora)
-    critic = {k[len(VALUE_HEAD_MODULE) + 1:]: v for k, v in state.items() if _is_critic(k)}
+    critic = {k[len(VALUE_HEAD_MODULE) + 1 :]: v for k, v in state.items() if _is_critic(k)}
     if critic:
         save_value_head(critic, directory)
     return directory
@@ -294,14 +301,18 @@ def load_full_adapter(policy: Any, directory: str | Path, *, critic_optional: bo
     unexpected = sorted(set(loaded) - set(mapping))
     missing = sorted(set(mapping) - set(loaded))
     if unexpected or missing:
-        raise ValueError(f"adapter in {directory} does not fit this model: unexpected keys {unexpected[:5]}, missing {missing[:5]}")
+        raise ValueError(
+            f"adapter in {directory} does not fit this model: unexpected keys {unexpected[:5]}, missing {missing[:5]}"
+        )
     state = {mapping[k]: v for k, v in loaded.items()}
     if getattr(policy, "has_value_head", False):
         head = getattr(policy.model, VALUE_HEAD_MODULE)
         critic = load_value_head(directory, {k: v.shape for k, v in head.state_dict().items()})
         if critic is None and not critic_optional:
-            raise ValueError(f"no {VALUE_HEAD_FILE} in {directory}: this policy trains a critic (ppo) and the "
-                             "adapter was saved without one, so resuming would restart the critic from scratch")
+            raise ValueError(
+                f"no {VALUE_HEAD_FILE} in {directory}: this policy trains a critic (ppo) and the "
+                "adapter was saved without one, so resuming would restart the critic from scratch"
+            )
         state.update({f"{VALUE_HEAD_MODULE}.{k}": v for k, v in (critic or {}).items()})
     set_model_state_dict(policy.model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 
@@ -387,7 +398,9 @@ class Lockstep(Strategy):
         import torch.distributed as dist
 
         if not isinstance(policy, ShardedLoRALMPolicy):
-            raise TypeError(f"Lockstep needs a policy sharded by runners.fsdp.shard_policy, got {type(policy).__name__}")
+            raise TypeError(
+                f"Lockstep needs a policy sharded by runners.fsdp.shard_policy, got {type(policy).__name__}"
+            )
         if not hasattr(algorithm, "strategy"):
             raise TypeError("the algorithm has no strategy (algos.base.Algorithm provides it)")
         self.policy = policy

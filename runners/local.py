@@ -71,17 +71,31 @@ def prepare_base_model(config: TrainConfig) -> Path:
 
     out = base_model_dir(config)
     marker = out / "mazegym_base.json"
-    recipe = {"model": dataclasses.asdict(config.model), "size": config.maze.size, "max_moves": config.rollout.max_moves,
-              "obs_mode": config.rollout.obs_mode, "seed": config.sft.seed}
+    recipe = {
+        "model": dataclasses.asdict(config.model),
+        "size": config.maze.size,
+        "max_moves": config.rollout.max_moves,
+        "obs_mode": config.rollout.obs_mode,
+        "seed": config.sft.seed,
+    }
     if marker.is_file() and json.loads(marker.read_text()) == recipe:
         return out
     m = config.model
-    shape = dict(num_hidden_layers=m.tiny_layers, hidden_size=m.tiny_hidden, intermediate_size=2 * m.tiny_hidden,
-                 num_attention_heads=m.tiny_hidden // 64, num_key_value_heads=m.tiny_hidden // 64)
+    shape = dict(
+        num_hidden_layers=m.tiny_layers,
+        hidden_size=m.tiny_hidden,
+        intermediate_size=2 * m.tiny_hidden,
+        num_attention_heads=m.tiny_hidden // 64,
+        num_key_value_heads=m.tiny_hidden // 64,
+    )
     if m.tiny == "maze-vlm":
-        tiny.build_maze_vlm(out, seed=config.sft.seed, cell_px=int(config.rollout.env_kwargs.get("cell_px", 25)),
-                            vision={"width": m.vision_width, "iterations": m.vision_iterations, "patch_px": m.vision_patch_px},
-                            **shape)
+        tiny.build_maze_vlm(
+            out,
+            seed=config.sft.seed,
+            cell_px=int(config.rollout.env_kwargs.get("cell_px", 25)),
+            vision={"width": m.vision_width, "iterations": m.vision_iterations, "patch_px": m.vision_patch_px},
+            **shape,
+        )
     elif m.tiny == "vlm":
         tiny.build_tiny_vlm(out, seed=config.sft.seed, **shape)
         side = config.maze.size * m.image_cell_px
@@ -89,8 +103,12 @@ def prepare_base_model(config: TrainConfig) -> Path:
     else:
         tiny.build_tiny_text_lm(out, seed=config.sft.seed, **shape)
     if m.task_tokens:
-        sftmod.add_task_tokens(out, sftmod.task_phrases(config.maze.size, config.rollout.max_moves, config.rollout.obs_mode,
-                                                       config.rollout.require_stop))
+        sftmod.add_task_tokens(
+            out,
+            sftmod.task_phrases(
+                config.maze.size, config.rollout.max_moves, config.rollout.obs_mode, config.rollout.require_stop
+            ),
+        )
     atomic.write_json(marker, recipe)
     return out
 
@@ -113,8 +131,12 @@ def build_generator(config: TrainConfig, model_dir: Path, adapter: Path | None =
     if config.loop.backend == "vllm":
         from runners.generation.vllm import VLLMGenerator  # type: ignore[attr-defined]
 
-        generator = VLLMGenerator(str(model_dir), dtype=config.model.dtype, max_lora_rank=config.lora.rank,
-                                  gpu_memory_utilization=config.runner.vllm_gpu_memory_utilization)
+        generator = VLLMGenerator(
+            str(model_dir),
+            dtype=config.model.dtype,
+            max_lora_rank=config.lora.rank,
+            gpu_memory_utilization=config.runner.vllm_gpu_memory_utilization,
+        )
     else:
         from runners.generation.hf import HFGenerator
 
@@ -131,14 +153,25 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
 
     # Score log-probs at the rollout temperature: the importance ratio compares like with like.
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
-    return LoRALMPolicy.from_pretrained(model_dir, lora=config.lora, dtype=_dtype(config.model.dtype),
-                                        device=config.model.device, adapter=adapter, micro_batch_size=256,
-                                        temperature=temperature,
-                                        value_head=algos.get(config.algo.name).needs_value_head)
+    return LoRALMPolicy.from_pretrained(
+        model_dir,
+        lora=config.lora,
+        dtype=_dtype(config.model.dtype),
+        device=config.model.device,
+        adapter=adapter,
+        micro_batch_size=256,
+        temperature=temperature,
+        value_head=algos.get(config.algo.name).needs_value_head,
+    )
 
 
-def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = None, generator: Any = None,
-                   prepare_policy: Callable[[Any], Any] | None = None):
+def build_training(
+    config: TrainConfig,
+    model_dir: Path,
+    adapter: Path | None = None,
+    generator: Any = None,
+    prepare_policy: Callable[[Any], Any] | None = None,
+):
     """Build ``(generator, policy, algorithm, probe)``, seeded, exactly as every runner must.
 
     The local runner and each Ray worker call this, so every rank starts from the same LoRA
@@ -149,7 +182,9 @@ def build_training(config: TrainConfig, model_dir: Path, adapter: Path | None = 
     """
     if generator is None:
         generator = build_generator(config, model_dir, adapter, version=0)
-    sftmod.seed_everything(config.loop.seed)  # after the generator, whichever built it: the LoRA init is the same everywhere
+    sftmod.seed_everything(
+        config.loop.seed
+    )  # after the generator, whichever built it: the LoRA init is the same everywhere
     policy = build_policy(config, model_dir, adapter)
     if prepare_policy is not None:
         policy = prepare_policy(policy)
@@ -199,51 +234,96 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
     image_processor = load_image_processor(base)
     encoder = ChatEncoder(tokenizer, image_processor, image_token_id_of(base))
     rc = rollout_config(config)
-    mazes = MazeStream(size=config.maze.size, seed=config.maze.stream_seed + 1, generator=config.maze.generator,
-                       max_optimal_moves=rc.max_moves)
+    mazes = MazeStream(
+        size=config.maze.size,
+        seed=config.maze.stream_seed + 1,
+        generator=config.maze.generator,
+        max_optimal_moves=rc.max_moves,
+    )
 
     def make_turns(spec, rng):
-        return sftmod.demo_turns(spec, encoder, max_moves=rc.max_moves, obs_mode=rc.obs_mode, history=rc.history,
-                                 history_k=rc.history_k, detours=config.sft.detours, rng=rng, eos_id=tokenizer.eos_token_id,
-                                 env_kwargs=rc.env_kwargs, state_prompt=rc.state_prompt,
-                                 random_start=config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts))
+        return sftmod.demo_turns(
+            spec,
+            encoder,
+            max_moves=rc.max_moves,
+            obs_mode=rc.obs_mode,
+            history=rc.history,
+            history_k=rc.history_k,
+            detours=config.sft.detours,
+            rng=rng,
+            eos_id=tokenizer.eos_token_id,
+            env_kwargs=rc.env_kwargs,
+            state_prompt=rc.state_prompt,
+            random_start=config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts),
+        )
 
     demos = sftmod.DemoStream(mazes, make_turns, seed=config.sft.seed)
     if config.sft.mode == "full":
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-        auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
+        auto = (
+            AutoModelForImageTextToText
+            if hasattr(AutoConfig.from_pretrained(base), "vision_config")
+            else AutoModelForCausalLM
+        )
         model = auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device)
     else:
         from algos.policies.lm import add_lora
 
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-        auto = AutoModelForImageTextToText if hasattr(AutoConfig.from_pretrained(base), "vision_config") else AutoModelForCausalLM
-        model = add_lora(auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device), config.lora)
+        auto = (
+            AutoModelForImageTextToText
+            if hasattr(AutoConfig.from_pretrained(base), "vision_config")
+            else AutoModelForCausalLM
+        )
+        model = add_lora(
+            auto.from_pretrained(str(base), dtype=_dtype(config.model.dtype)).to(config.model.device), config.lora
+        )
     t0 = time.perf_counter()
     vision_final: dict[str, float] = {}
     if config.sft.vision_steps > 0:
         if not sftmod.has_vision_pretraining(model):
-            raise cfgmod.ConfigError(f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining "
-                                     "objective (MazeVLM has one); set sft.vision_steps=0")
-        vision_progress, on_vision_step = _step_logger(config, metrics, config.sft.vision_steps, "vision pretraining",
-                                                       "vision", "vision_loss")
+            raise cfgmod.ConfigError(
+                f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining "
+                "objective (MazeVLM has one); set sft.vision_steps=0"
+            )
+        vision_progress, on_vision_step = _step_logger(
+            config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"
+        )
         try:
-            vision_final = sftmod.pretrain_vision(model, demos, steps=config.sft.vision_steps, batch_size=config.sft.batch_size,
-                                                  lr=config.sft.vision_lr, image_processor=image_processor, log=on_vision_step)
+            vision_final = sftmod.pretrain_vision(
+                model,
+                demos,
+                steps=config.sft.vision_steps,
+                batch_size=config.sft.batch_size,
+                lr=config.sft.vision_lr,
+                image_processor=image_processor,
+                log=on_vision_step,
+            )
         finally:
             vision_progress.close()
-        log(f"[sft] vision pretraining: {config.sft.vision_steps} steps, move accuracy "
-            f"{vision_final['vision_move_accuracy']:.2f} on its last batch")
+        log(
+            f"[sft] vision pretraining: {config.sft.vision_steps} steps, move accuracy "
+            f"{vision_final['vision_move_accuracy']:.2f} on its last batch"
+        )
     if config.sft.mode == "full" and config.sft.freeze_vision:
         freeze_vision_tower(model)
     params = [p for p in model.parameters() if p.requires_grad]
     progress, on_step = _step_logger(config, metrics, config.sft.steps, "SFT", "sft", "loss")
     try:
-        final = sftmod.train_sft(model, params, demos, steps=config.sft.steps, batch_size=config.sft.batch_size, lr=config.sft.lr,
-                                 pad_id=tokenizer.pad_token_id, image_processor=image_processor,
-                             localization_weight=config.sft.localization_weight, log=on_step)
+        final = sftmod.train_sft(
+            model,
+            params,
+            demos,
+            steps=config.sft.steps,
+            batch_size=config.sft.batch_size,
+            lr=config.sft.lr,
+            pad_id=tokenizer.pad_token_id,
+            image_processor=image_processor,
+            localization_weight=config.sft.localization_weight,
+            log=on_step,
+        )
     finally:
         progress.close()
     if config.sft.mode == "full":
@@ -257,13 +337,23 @@ def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: Me
         target = out / "adapter"
         model.save_pretrained(str(target), safe_serialization=True)
     demo_moves = (config.sft.vision_steps + config.sft.steps) * config.sft.batch_size
-    info = {"steps": config.sft.steps, "vision_steps": config.sft.vision_steps, "batch_size": config.sft.batch_size,
-            "demo_moves": demo_moves, "mazes_seen": mazes.index, "seconds": time.perf_counter() - t0, "final": final,
-            "vision_final": vision_final, "mode": config.sft.mode}
+    info = {
+        "steps": config.sft.steps,
+        "vision_steps": config.sft.vision_steps,
+        "batch_size": config.sft.batch_size,
+        "demo_moves": demo_moves,
+        "mazes_seen": mazes.index,
+        "seconds": time.perf_counter() - t0,
+        "final": final,
+        "vision_final": vision_final,
+        "mode": config.sft.mode,
+    }
     write_json(out / "sft_info.json", info)
     atomic.write_text(out / "DONE", "ok\n")
-    log(f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
-        f"in {info['seconds']:.0f}s -> {target}")
+    log(
+        f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
+        f"in {info['seconds']:.0f}s -> {target}"
+    )
     return target
 
 
@@ -276,8 +366,9 @@ def discard_sft_records(metrics: MetricsLogger) -> int:
     return metrics.discard(lambda record: record.get("phase") in SFT_PHASES)
 
 
-def _step_logger(config: TrainConfig, metrics: MetricsLogger | None, steps: int, desc: str, phase: str,
-                 loss_key: str) -> tuple[Progress, Callable[[int, dict[str, float]], None]]:
+def _step_logger(
+    config: TrainConfig, metrics: MetricsLogger | None, steps: int, desc: str, phase: str, loss_key: str
+) -> tuple[Progress, Callable[[int, dict[str, float]], None]]:
     """A progress bar over ``steps`` and the per-step callback that advances it and logs the step under ``phase``."""
     progress = Progress(steps, desc=desc, enabled=config.logging.progress)
 
@@ -309,7 +400,9 @@ def freeze_vision_tower(model: torch.nn.Module) -> int:
     return frozen
 
 
-def rl_start(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> tuple[Path, Path | None]:
+def rl_start(
+    config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None
+) -> tuple[Path, Path | None]:
     """(model dir, starting adapter or None) for RL: run SFT first when enabled and missing."""
     base = prepare_base_model(config)
     if config.sft.enabled == "never":
@@ -336,21 +429,34 @@ def step_seed(config: TrainConfig, step: int) -> int:
     return config.loop.seed * 1_000_003 + step
 
 
-def generate_step(generator: Any, stream: MazeStream, config: TrainConfig, step: int, rollout: RolloutConfig | None = None) -> list[Episode]:
+def generate_step(
+    generator: Any, stream: MazeStream, config: TrainConfig, step: int, rollout: RolloutConfig | None = None
+) -> list[Episode]:
     """Draw the step's mazes from ``stream`` and play them (:func:`play_step_mazes`)."""
     return play_step_mazes(generator, [next(stream) for _ in range(config.loop.mazes_per_step)], config, step, rollout)
 
 
-def play_step_mazes(generator: Any, mazes: Sequence[Any], config: TrainConfig, step: int, rollout: RolloutConfig | None = None,
-                    offset: int = 0) -> list[Episode]:
+def play_step_mazes(
+    generator: Any,
+    mazes: Sequence[Any],
+    config: TrainConfig,
+    step: int,
+    rollout: RolloutConfig | None = None,
+    offset: int = 0,
+) -> list[Episode]:
     """Play step ``step``'s maze groups; ``offset`` = index of ``mazes[0]`` among the step's mazes.
 
     Group ids and env seeds depend only on (step, index of the maze in the step), so a worker
     playing a slice of the step's mazes produces exactly what one process playing all would.
     """
     rollout = rollout or rollout_config(config)
-    return collect_groups(generator, mazes, rollout, seed=step_seed(config, step) + offset * rollout.group_size,
-                          group_offset=step * config.loop.mazes_per_step + offset)
+    return collect_groups(
+        generator,
+        mazes,
+        rollout,
+        seed=step_seed(config, step) + offset * rollout.group_size,
+        group_offset=step * config.loop.mazes_per_step + offset,
+    )
 
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:
@@ -358,7 +464,11 @@ def vision_placeholder_ids(model_dir: Path) -> set[int]:
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(str(model_dir))
-    return {int(i) for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None)) if i is not None}
+    return {
+        int(i)
+        for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+        if i is not None
+    }
 
 
 def drop_placeholder_turns(episodes: list[Episode], forbidden: set[int]) -> int:
@@ -421,7 +531,11 @@ def vision_iterations_for(generator: Any, config: TrainConfig, set_name: str):
     from mazegym.evalsets import EVAL_SETS
 
     model = getattr(generator, "model", None)
-    encoders = [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)] if isinstance(model, torch.nn.Module) else []
+    encoders = (
+        [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
+        if isinstance(model, torch.nn.Module)
+        else []
+    )
     size = EVAL_SETS[set_name].size
     if not encoders or not config.eval.scale_vision_iterations or size <= config.maze.size:
         yield None
@@ -441,22 +555,44 @@ def rng_state() -> dict[str, Any]:
     """Python, numpy and torch RNG states as plain JSON data (no pickles: loading runs no code)."""
     version, words, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": {"version": version, "state": list(words), "gauss": gauss},
-            "numpy": {"kind": kind, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
-            "torch": torch.get_rng_state().tolist()}
+    return {
+        "python": {"version": version, "state": list(words), "gauss": gauss},
+        "numpy": {
+            "kind": kind,
+            "keys": keys.tolist(),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+        "torch": torch.get_rng_state().tolist(),
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore :func:`rng_state`."""
     py, npy = state["python"], state["numpy"]
     random.setstate((int(py["version"]), tuple(int(w) for w in py["state"]), py["gauss"]))
-    np.random.set_state((str(npy["kind"]), np.asarray(npy["keys"], dtype=np.uint32), int(npy["pos"]),
-                         int(npy["has_gauss"]), float(npy["cached"])))
+    np.random.set_state(
+        (
+            str(npy["kind"]),
+            np.asarray(npy["keys"], dtype=np.uint32),
+            int(npy["pos"]),
+            int(npy["has_gauss"]),
+            float(npy["cached"]),
+        )
+    )
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
-def save_checkpoint(manager: CheckpointManager, step: int, policy: Any, algorithm: Any, stream_state: dict[str, Any],
-                    config: TrainConfig, extra: dict[str, Any]) -> Path:
+def save_checkpoint(
+    manager: CheckpointManager,
+    step: int,
+    policy: Any,
+    algorithm: Any,
+    stream_state: dict[str, Any],
+    config: TrainConfig,
+    extra: dict[str, Any],
+) -> Path:
     """Write checkpoint ``step`` (adapter, optimizer/scheduler, RNGs, maze stream state, step, config, ``extra``)."""
 
     def write(tmp: Path) -> None:
@@ -489,8 +625,9 @@ def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream)
 
 
 # =========================================================================== the loop
-def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
-          command: str | None = None) -> RunResult:
+def train(
+    config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None, command: str | None = None
+) -> RunResult:
     """Run SFT (when needed) then RL with the local runner; returns before/after results.
 
     ``command`` (the command line, when there is one) is recorded in ``run_info.json``.
@@ -503,49 +640,84 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
     cfgmod.validate(config)
     set_threads(config)
     run_dir = Path(config.run_dir)
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log,
-                                required=checkpoint_files(config))
+    manager = CheckpointManager(
+        run_dir / "checkpoints", keep=config.checkpoint.keep, log=log, required=checkpoint_files(config)
+    )
     resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     record_invocation(run_dir, command)
-    metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
-                            project=config.logging.project, config=cfgmod.to_dict(config))
+    metrics = MetricsLogger(
+        run_dir,
+        wandb=config.logging.wandb,
+        mlflow=config.logging.mlflow,
+        project=config.logging.project,
+        config=cfgmod.to_dict(config),
+    )
     try:
         return _train(config, run_dir, metrics, log, stop_after, t_start, manager, resume_from)
     finally:
         metrics.close()
 
 
-def _train(config: TrainConfig, run_dir: Path, metrics: MetricsLogger, log: Callable[[str], None],
-           stop_after: int | None, t_start: float, manager: CheckpointManager, resume_from: Path | None) -> RunResult:
+def _train(
+    config: TrainConfig,
+    run_dir: Path,
+    metrics: MetricsLogger,
+    log: Callable[[str], None],
+    stop_after: int | None,
+    t_start: float,
+    manager: CheckpointManager,
+    resume_from: Path | None,
+) -> RunResult:
     from runners.sync import AdapterSync
 
     model_dir, start_adapter = rl_start(config, log=log, metrics=metrics)
     generator, policy, algorithm, probe = build_training(config, model_dir, start_adapter)
-    stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
-                        max_optimal_moves=config.rollout.max_moves)
+    stream = MazeStream(
+        size=config.maze.size,
+        seed=config.maze.stream_seed,
+        generator=config.maze.generator,
+        max_optimal_moves=config.rollout.max_moves,
+    )
     sync_dir = run_dir / "adapter_sync"
     shutil.rmtree(sync_dir, ignore_errors=True)
     state = LoopState()
     if resume_from is not None:
         saved = load_checkpoint(resume_from, policy, algorithm, stream)
-        state = LoopState(step=int(saved["step"]), before=saved.get("before"), history=saved.get("eval_history", []),
-                          record=saved.get("record"))
+        state = LoopState(
+            step=int(saved["step"]),
+            before=saved.get("before"),
+            history=saved.get("eval_history", []),
+            record=saved.get("record"),
+        )
         generator.load_adapter(str(resume_from / "adapter"), state.step)
         log(f"[resume] from {resume_from} at RL step {state.step}")
     else:
-        log(f"[resume] nothing resumed (checkpoint.resume={config.checkpoint.resume}): RL starts at step 0, "
-            f"checkpoints go to {manager.root}")
-    backend = LocalBackend(config, model_dir, generator, policy, algorithm, probe, AdapterSync(sync_dir, keep=2), manager)
+        log(
+            f"[resume] nothing resumed (checkpoint.resume={config.checkpoint.resume}): RL starts at step 0, "
+            f"checkpoints go to {manager.root}"
+        )
+    backend = LocalBackend(
+        config, model_dir, generator, policy, algorithm, probe, AdapterSync(sync_dir, keep=2), manager
+    )
     return run_rl_loop(config, backend, stream, state, run_dir, manager, metrics, log, stop_after, t_start)
 
 
 class LocalBackend:
     """Every phase of the RL step in this process (the :class:`runners.loop.StepBackend` of the local runner)."""
 
-    def __init__(self, config: TrainConfig, model_dir: Path, generator: Any, policy: Any, algorithm: Any, probe: Any,
-                 sync: Any, manager: CheckpointManager):
+    def __init__(
+        self,
+        config: TrainConfig,
+        model_dir: Path,
+        generator: Any,
+        policy: Any,
+        algorithm: Any,
+        probe: Any,
+        sync: Any,
+        manager: CheckpointManager,
+    ):
         self.config, self.model_dir = config, model_dir
         self.generator, self.policy, self.algorithm, self.probe = generator, policy, algorithm, probe
         self.adapter_sync, self.manager = sync, manager
@@ -577,7 +749,9 @@ class LocalBackend:
         """The final adapter, PEFT format."""
         self.policy.save_adapter(directory)
 
-    def step_extras(self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int) -> dict[str, float]:
+    def step_extras(
+        self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int
+    ) -> dict[str, float]:
         """Nothing beyond the shared record."""
         return {}
 
@@ -588,6 +762,12 @@ class LocalBackend:
 
 def report(result: RunResult) -> str:
     """The text printed at the end of ``mazegym train``: the table and where artifacts are."""
-    lines = ["", result.table, "", f"RL steps: {result.steps}   wall time (this invocation): {result.seconds / 60:.1f} min", "Artifacts:"]
+    lines = [
+        "",
+        result.table,
+        "",
+        f"RL steps: {result.steps}   wall time (this invocation): {result.seconds / 60:.1f} min",
+        "Artifacts:",
+    ]
     lines += [f"  {k:<16} {v}" for k, v in result.artifacts.items()]
     return "\n".join(lines)

@@ -24,8 +24,14 @@ from typing import Any, Callable, Protocol, Sequence
 
 from algos.data import Episode
 from runners import atomic
-from runners.evaluate import (case_study_table, discard_eval_records, format_table, strip_records, write_eval_records,
-                               write_json)
+from runners.evaluate import (
+    case_study_table,
+    discard_eval_records,
+    format_table,
+    strip_records,
+    write_eval_records,
+    write_json,
+)
 from runners.metrics import PhaseTimer, Progress, read_jsonl
 from runners.rollout import rollout_metrics
 
@@ -92,7 +98,9 @@ class StepBackend(Protocol):
     def save_adapter(self, directory: Path) -> None:
         """Write the final adapter (PEFT format) to ``directory``."""
 
-    def step_extras(self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int) -> dict[str, float]:
+    def step_extras(
+        self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int
+    ) -> dict[str, float]:
         """Extra metrics for this step's record (after the timings are known); may export them elsewhere too."""
 
     def results_extras(self) -> tuple[dict[str, Any], dict[str, str]]:
@@ -101,12 +109,16 @@ class StepBackend(Protocol):
 
 def eval_fields(summary: dict[str, Any]) -> dict[str, float]:
     """The eval summary keys every runner logs."""
-    return {"eval/solve_rate": summary["solve_rate"], "eval/spl": summary["spl"],
-            "eval/invalid_action_rate": summary["invalid_action_rate"]}
+    return {
+        "eval/solve_rate": summary["solve_rate"],
+        "eval/spl": summary["spl"],
+        "eval/invalid_action_rate": summary["invalid_action_rate"],
+    }
 
 
-def evaluate_and_record(backend: StepBackend, set_name: str, run_dir: Path, step: int, label: str,
-                        metrics: Any = None, grid: bool = False) -> dict[str, Any]:
+def evaluate_and_record(
+    backend: StepBackend, set_name: str, run_dir: Path, step: int, label: str, metrics: Any = None, grid: bool = False
+) -> dict[str, Any]:
     """Evaluate ``set_name``, write its per-maze records under ``run_dir/eval`` and return the bare summary.
 
     With ``grid``, the solved/failed thumbnail grid goes to TensorBoard too (``eval/mazes``).
@@ -140,8 +152,10 @@ def discard_replayed_records(metrics: Any, state: LoopState, log: Callable[[str]
 
     dropped = metrics.discard(replayed) if hasattr(metrics, "discard") else 0
     if dropped:
-        log(f"[metrics] dropped {dropped} record(s) past RL step {state.step} from {metrics.jsonl_path} "
-            f"(written by an interrupted attempt; they are about to be redone)")
+        log(
+            f"[metrics] dropped {dropped} record(s) past RL step {state.step} from {metrics.jsonl_path} "
+            f"(written by an interrupted attempt; they are about to be redone)"
+        )
     return dropped
 
 
@@ -155,7 +169,9 @@ def restore_unlogged_record(metrics: Any, state: LoopState, log: Callable[[str],
     path = getattr(metrics, "jsonl_path", None)
     if state.record is None or state.step == 0 or path is None:
         return False
-    logged = Path(path).is_file() and any(r.get("phase") == "rl" and r.get("step") == state.step for r in read_jsonl(path))
+    logged = Path(path).is_file() and any(
+        r.get("phase") == "rl" and r.get("step") == state.step for r in read_jsonl(path)
+    )
     if not logged:
         metrics.log(state.step, state.record, phase="rl")
         log(f"[metrics] logged RL step {state.step}'s record from its checkpoint (the interrupted attempt had not)")
@@ -163,8 +179,18 @@ def restore_unlogged_record(metrics: Any, state: LoopState, log: Callable[[str],
     return not logged
 
 
-def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState, run_dir: Path, manager: Any,
-                metrics: Any, log: Callable[[str], None], stop_after: int | None, t_start: float) -> RunResult:
+def run_rl_loop(
+    config: Any,
+    backend: StepBackend,
+    stream: Any,
+    state: LoopState,
+    run_dir: Path,
+    manager: Any,
+    metrics: Any,
+    log: Callable[[str], None],
+    stop_after: int | None,
+    t_start: float,
+) -> RunResult:
     """Run RL steps ``state.step + 1 .. config.loop.steps`` on ``backend``; returns the run's result.
 
     ``stream`` yields the training mazes (already restored to ``state``); ``state`` is updated
@@ -179,14 +205,17 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
     if state.step == 0 and state.before is None and config.eval.before_rl:
         timer = PhaseTimer()
         with timer.phase("eval"):
-            state.before = evaluate_and_record(backend, config.maze.eval_set, run_dir, 0, "before_rl", metrics,
-                                               grid=True)
+            state.before = evaluate_and_record(
+                backend, config.maze.eval_set, run_dir, 0, "before_rl", metrics, grid=True
+            )
         b = state.before
         metrics.log(0, {**eval_fields(b), **timer.pop()}, phase="eval")
         state.history.append({"step": 0, "solve_rate": b["solve_rate"]})
         log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
 
-    progress = Progress(config.loop.steps, initial=state.step, desc=backend.description, enabled=config.logging.progress)
+    progress = Progress(
+        config.loop.steps, initial=state.step, desc=backend.description, enabled=config.logging.progress
+    )
     try:  # the bar is closed however the loop ends (finished, interrupted, or failed)
         stopped, after, final_step = _run_steps(config, backend, stream, state, metrics, progress, stop_after, run_dir)
     finally:
@@ -198,8 +227,16 @@ def run_rl_loop(config: Any, backend: StepBackend, stream: Any, state: LoopState
     return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
 
 
-def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState, metrics: Any, progress: Any,
-               stop_after: int | None, run_dir: Path) -> tuple[bool, dict[str, Any] | None, int]:
+def _run_steps(
+    config: Any,
+    backend: StepBackend,
+    stream: Any,
+    state: LoopState,
+    metrics: Any,
+    progress: Any,
+    stop_after: int | None,
+    run_dir: Path,
+) -> tuple[bool, dict[str, Any] | None, int]:
     """The step loop of :func:`run_rl_loop`; returns (stopped early, final eval summary, final step)."""
     last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
     deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
@@ -228,8 +265,11 @@ def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState,
         if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
             unlogged = {**record, **timer.peek()}  # saved with the checkpoint: a kill before metrics.log loses nothing
             with timer.phase("checkpoint"):
-                backend.checkpoint(step, stream.state_dict(), {"before": state.before, "eval_history": state.history,
-                                                               "record": unlogged})
+                backend.checkpoint(
+                    step,
+                    stream.state_dict(),
+                    {"before": state.before, "eval_history": state.history, "record": unlogged},
+                )
         timings = timer.pop()
         record.update(timings)
         record.update(backend.step_extras(step, record, timings, len(episodes)))
@@ -245,8 +285,17 @@ def _run_steps(config: Any, backend: StepBackend, stream: Any, state: LoopState,
     return False, after, final_step
 
 
-def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[str, Any], final_step: int,
-               run_dir: Path, manager: Any, metrics: Any, t_start: float) -> RunResult:
+def finish_run(
+    config: Any,
+    backend: StepBackend,
+    state: LoopState,
+    after: dict[str, Any],
+    final_step: int,
+    run_dir: Path,
+    manager: Any,
+    metrics: Any,
+    t_start: float,
+) -> RunResult:
     """Final adapter, held-out evaluations, ``eval_results.json``, the case-study table and artifact paths."""
     final_adapter = run_dir / "final_adapter"
     staging = atomic.temp_dir_beside(final_adapter)
@@ -255,12 +304,21 @@ def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[
         atomic.replace_dir(staging, final_adapter)  # a crash leaves the previous final adapter, never an empty one
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    heldout = {name: evaluate_and_record(backend, name, run_dir, final_step, "heldout")
-               for name in config.maze.heldout_sets}
+    heldout = {
+        name: evaluate_and_record(backend, name, run_dir, final_step, "heldout") for name in config.maze.heldout_sets
+    }
     seconds = time.perf_counter() - t_start
     extra_results, extra_artifacts = backend.results_extras()
-    results = {"eval_set": config.maze.eval_set, "before_rl": state.before, "after_rl": after, "heldout": heldout,
-               "rl_steps": final_step, "seconds": seconds, "eval_history": state.history, **extra_results}
+    results = {
+        "eval_set": config.maze.eval_set,
+        "before_rl": state.before,
+        "after_rl": after,
+        "heldout": heldout,
+        "rl_steps": final_step,
+        "seconds": seconds,
+        "eval_history": state.history,
+        **extra_results,
+    }
     write_json(run_dir / "eval_results.json", results)
     if hasattr(metrics, "log_hparams"):
         final = {"eval_solve_rate_after": after["solve_rate"], "eval_spl_after": after["spl"], "rl_steps": final_step}
@@ -270,10 +328,16 @@ def finish_run(config: Any, backend: StepBackend, state: LoopState, after: dict[
     table = case_study_table(state.before, after, config.maze.eval_set)
     if heldout:
         table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
-    artifacts = {"run_dir": str(run_dir), **extra_artifacts, "final_adapter": str(final_adapter),
-                 "checkpoints": str(manager.root), "metrics_jsonl": str(metrics.jsonl_path),
-                 "tensorboard": str(run_dir / "tensorboard"), "eval_results": str(run_dir / "eval_results.json"),
-                 "eval_records": str(run_dir / "eval")}
+    artifacts = {
+        "run_dir": str(run_dir),
+        **extra_artifacts,
+        "final_adapter": str(final_adapter),
+        "checkpoints": str(manager.root),
+        "metrics_jsonl": str(metrics.jsonl_path),
+        "tensorboard": str(run_dir / "tensorboard"),
+        "eval_results": str(run_dir / "eval_results.json"),
+        "eval_records": str(run_dir / "eval"),
+    }
     return RunResult(run_dir, state.before, after, final_step, seconds, artifacts, table)
 
 

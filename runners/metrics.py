@@ -25,7 +25,15 @@ from typing import Any, Callable, Iterator
 PHASES = ("generate", "score", "update", "sync", "eval", "checkpoint")
 """The phases of one RL step that are timed."""
 
-COLLAPSE_KEYS = ("reward_var_mean", "zero_var_group_frac", "entropy", "clip_frac", "approx_kl", "grad_norm", "kept_episode_frac")
+COLLAPSE_KEYS = (
+    "reward_var_mean",
+    "zero_var_group_frac",
+    "entropy",
+    "clip_frac",
+    "approx_kl",
+    "grad_norm",
+    "kept_episode_frac",
+)
 """Diagnostics from the algorithm zoo that warn of collapse (reward variance gone, entropy falling, ratios drifting)."""
 
 
@@ -73,8 +81,17 @@ def _finite_scalars(metrics: dict[str, Any]) -> dict[str, float]:
 class MetricsLogger:
     """Fan-out of scalar metrics to JSONL, TensorBoard and optional W&B / MLflow."""
 
-    def __init__(self, run_dir: str | Path, *, wandb: bool = False, mlflow: bool = False, project: str = "mazegym",
-                 config: dict | None = None, tensorboard: bool = True, echo=print):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        wandb: bool = False,
+        mlflow: bool = False,
+        project: str = "mazegym",
+        config: dict | None = None,
+        tensorboard: bool = True,
+        echo=print,
+    ):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.run_dir / "metrics.jsonl"
@@ -162,8 +179,10 @@ class MetricsLogger:
         """
         if self.tb is None:
             return
-        flat = {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v, default=str)
-                for k, v in _flatten(hparams).items()}
+        flat = {
+            k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v, default=str)
+            for k, v in _flatten(hparams).items()
+        }
         scalars = {f"hparam/{k}": v for k, v in _finite_scalars(final).items()}
         # run_name "." keeps the hparams beside the scalars instead of in a run of their own.
         self.tb.add_hparams(flat, scalars, run_name=".")
@@ -232,7 +251,9 @@ class Progress:
     def update(self, n: int = 1, **postfix: Any) -> None:
         """Advance and show ``postfix`` (e.g. train solve rate, eval solve rate)."""
         if self.bar is not None:
-            self.bar.set_postfix({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in postfix.items()}, refresh=False)
+            self.bar.set_postfix(
+                {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in postfix.items()}, refresh=False
+            )
             self.bar.update(n)
 
     def write(self, text: str) -> None:

@@ -43,7 +43,9 @@ def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.mean(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
 
 
-def trainer_logprobs(policy: Any, prompt_ids: list[int], response_ids: list[int], images: list[Any], reference: bool = False) -> list[float]:
+def trainer_logprobs(
+    policy: Any, prompt_ids: list[int], response_ids: list[int], images: list[Any], reference: bool = False
+) -> list[float]:
     """Log-probs of the probe reply under a trainer ``Policy`` (``evaluate``), in eval mode, no grad.
 
     Scored at temperature 1, like ``Generator.score``, whatever temperature the policy trains at.
@@ -97,7 +99,9 @@ class ParityProbe:
     """One record per check: version, mean/max deltas (for logs)."""
 
     @classmethod
-    def from_encoder(cls, encoder: Any, reply: str = "I should go down.<action>down</action>", tolerance: float = DEFAULT_TOLERANCE) -> "ParityProbe":
+    def from_encoder(
+        cls, encoder: Any, reply: str = "I should go down.<action>down</action>", tolerance: float = DEFAULT_TOLERANCE
+    ) -> "ParityProbe":
         """Build the default probe with a generator's :class:`ChatEncoder` (any tokenizer)."""
         prompt_ids, images = encoder.encode(default_probe_messages())
         tok = encoder.tokenizer
@@ -112,9 +116,14 @@ class ParityProbe:
         tolerance = max(tolerance_for(getattr(generator, "dtype", "float32")), tolerance_for(trainer_dtype))
         return cls.from_encoder(generator.encoder, tolerance=tolerance, **kwargs)
 
-    def check(self, generator: Any, policy: Any = None, version: int | None = None,
-              trainer_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None,
-              reference_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None) -> dict:
+    def check(
+        self,
+        generator: Any,
+        policy: Any = None,
+        version: int | None = None,
+        trainer_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None,
+        reference_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None,
+    ) -> dict:
         """Compare generator and trainer log-probs on the probe; raise StaleWeightsError on mismatch.
 
         The trainer side is ``policy.evaluate`` (or ``trainer_fn(prompt_ids, response_ids, images)``).
@@ -140,14 +149,28 @@ class ParityProbe:
             expected = trainer_logprobs(policy, self.prompt_ids, self.response_ids, self.images)
         mean_abs = _mean_abs(seen, expected)
         max_abs = float(np.max(np.abs(np.asarray(seen) - np.asarray(expected)))) if seen else 0.0
-        record = {"version": generator.adapter_version, "mean_abs": mean_abs, "max_abs": max_abs, "generator": list(seen)}
+        record = {
+            "version": generator.adapter_version,
+            "mean_abs": mean_abs,
+            "max_abs": max_abs,
+            "generator": list(seen),
+        }
         if mean_abs > self.tolerance:
-            raise StaleWeightsError(self._explain(seen, expected, mean_abs, policy, generator.adapter_version, reference_fn))
+            raise StaleWeightsError(
+                self._explain(seen, expected, mean_abs, policy, generator.adapter_version, reference_fn)
+            )
         self.history.append(record)
         return {k: record[k] for k in ("version", "mean_abs", "max_abs")}
 
-    def _explain(self, seen: list[float], expected: list[float], mean_abs: float, policy: Any, version: int,
-                 reference_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None) -> str:
+    def _explain(
+        self,
+        seen: list[float],
+        expected: list[float],
+        mean_abs: float,
+        policy: Any,
+        version: int,
+        reference_fn: Callable[[list[int], list[int], list[Any]], list[float]] | None = None,
+    ) -> str:
         """Name the most likely cause by comparing with the base model and the previous check."""
         lines = [
             f"parity probe failed at adapter version {version}: generator log-probs differ from the trainer's by "
@@ -155,7 +178,10 @@ class ParityProbe:
             f"  trainer expects (first tokens): {np.round(expected[:6], 4).tolist()}",
             f"  generator gives (first tokens): {np.round(seen[:6], 4).tolist()}",
         ]
-        cause = "the generator is not using the weights the trainer published (stale or missing adapter load), or dtypes differ"
+        cause = (
+            "the generator is not using the weights the trainer published (stale or missing adapter load), "
+            "or dtypes differ"
+        )
         base = None
         if reference_fn is not None:
             base = reference_fn(self.prompt_ids, self.response_ids, self.images)
@@ -164,8 +190,13 @@ class ParityProbe:
         if base is not None and _mean_abs(seen, base) <= self.tolerance:
             cause = "the generator matches the BASE model: the adapter was never applied (missing load / LoRA disabled)"
         if self.history and _mean_abs(seen, self.history[-1]["generator"]) <= self.tolerance * 0.1:
-            cause = (f"the generator gives exactly what it gave at version {self.history[-1]['version']}: it still serves "
-                     "the previous adapter (skipped sync, a reused LoRA id or a cached adapter)")
+            cause = (
+                f"the generator gives exactly what it gave at version {self.history[-1]['version']}: it still serves "
+                "the previous adapter (skipped sync, a reused LoRA id or a cached adapter)"
+            )
         lines.append(f"  likely cause: {cause}.")
-        lines.append("  If both sides load the same adapter, check dtype (bf16 needs a looser tolerance) and the chat template/tokenizer.")
+        lines.append(
+            "  If both sides load the same adapter, check dtype (bf16 needs a looser tolerance) and the chat "
+            "template/tokenizer."
+        )
         return "\n".join(lines)

@@ -42,63 +42,158 @@ DEFAULT_PRESET = "cpu-maze-vlm"
 
 def cpu_tiny() -> TrainConfig:
     """The CPU default main job: tiny text LM on 7x7 ASCII mazes, SFT then LoRA GRPO (see module docstring)."""
-    return apply_overrides(TrainConfig(run_dir="runs/cpu-tiny", preset="cpu-tiny"), [
-        "model.tiny=text", "model.tiny_layers=2", "model.tiny_hidden=128",
-        "maze.size=7", "maze.eval_set=heldout-7x7",
-        "rollout.max_moves=16", "rollout.history=none", "rollout.obs_mode=text",
-        "rollout.group_size=8", "rollout.temperature=0.7", "rollout.max_new_tokens=8",
-        "sft.mode=full", "sft.steps=300", "sft.batch_size=64", "sft.lr=1e-3",
-        "lora.rank=16", "lora.alpha=32",
-        "algo.name=grpo", "algo.lr=1e-4", "algo.minibatch_size=0", "algo.old_logprobs=rollout",
-        "algo.filter_zero_variance=true", "algo.episode_mean=true",
-        "loop.steps=12", "loop.mazes_per_step=16", "loop.num_threads=1",
-        "eval.every=10", "checkpoint.every=10", "checkpoint.keep=3",
-    ])
+    return apply_overrides(
+        TrainConfig(run_dir="runs/cpu-tiny", preset="cpu-tiny"),
+        [
+            "model.tiny=text",
+            "model.tiny_layers=2",
+            "model.tiny_hidden=128",
+            "maze.size=7",
+            "maze.eval_set=heldout-7x7",
+            "rollout.max_moves=16",
+            "rollout.history=none",
+            "rollout.obs_mode=text",
+            "rollout.group_size=8",
+            "rollout.temperature=0.7",
+            "rollout.max_new_tokens=8",
+            "sft.mode=full",
+            "sft.steps=300",
+            "sft.batch_size=64",
+            "sft.lr=1e-3",
+            "lora.rank=16",
+            "lora.alpha=32",
+            "algo.name=grpo",
+            "algo.lr=1e-4",
+            "algo.minibatch_size=0",
+            "algo.old_logprobs=rollout",
+            "algo.filter_zero_variance=true",
+            "algo.episode_mean=true",
+            "loop.steps=12",
+            "loop.mazes_per_step=16",
+            "loop.num_threads=1",
+            "eval.every=10",
+            "checkpoint.every=10",
+            "checkpoint.keep=3",
+        ],
+    )
 
 
 def cpu_tiny_vlm() -> TrainConfig:
     """The visual row: the same recipe with a tiny Qwen2-VL on maze images (one cell = one vision token)."""
-    return apply_overrides(cpu_tiny(), [
-        "run_dir=runs/cpu-tiny-vlm", "preset=cpu-tiny-vlm", "model.tiny=vlm", "rollout.obs_mode=image",
-    ])
+    return apply_overrides(
+        cpu_tiny(),
+        [
+            "run_dir=runs/cpu-tiny-vlm",
+            "preset=cpu-tiny-vlm",
+            "model.tiny=vlm",
+            "rollout.obs_mode=image",
+        ],
+    )
 
 
 def cpu_maze_vlm() -> TrainConfig:
     """The case study in miniature: MazeVLM on VisMaze-v0 images, SFT then LoRA GiGPO (see the module docstring)."""
-    return apply_overrides(TrainConfig(run_dir="runs/cpu-maze-vlm", preset="cpu-maze-vlm"), [
-        "model.tiny=maze-vlm", "model.tiny_layers=1", "model.tiny_hidden=64",
-        "model.vision_width=32", "model.vision_iterations=20", "model.vision_patch_px=5",
-        "maze.size=9", "maze.eval_set=VisMaze-v0", "maze.heldout_sets=VisMaze-Hard-v0,heldout-13x13",
-        "rollout.max_moves=20", "rollout.history=none", "rollout.obs_mode=image",
-        "rollout.group_size=8", "rollout.temperature=1.0", "rollout.max_new_tokens=6",
-        "sft.mode=full", "sft.vision_steps=220", "sft.vision_lr=2e-3", "sft.freeze_vision=true",
-        "sft.steps=100", "sft.batch_size=128", "sft.lr=2e-3", "sft.random_starts=1.0",
-        "lora.rank=16", "lora.alpha=32", "lora.modules_to_save=vision_tower",
-        "rollout.branching=true", "rollout.branch_reward=best",
-        "rollout.branch_continuation=sampled", "rollout.branch_samples=32", "rollout.branch_settled=0.9",
-        "algo.name=grpo", "algo.lr=1e-3", "algo.minibatch_size=128", "algo.micro_batch_size=128",
-        "algo.old_logprobs=recompute", "algo.minibatch_groups=true", "algo.negative_weight=0",
-        "algo.skip_zero_advantage=true", "algo.filter_zero_variance=true", "algo.episode_mean=true", "algo.epochs=3",
-        "loop.steps=120", "loop.mazes_per_step=64", "loop.num_threads=1", "loop.max_minutes=15",
-        "eval.every=5", "checkpoint.every=10", "checkpoint.keep=2",
-    ])
+    return apply_overrides(
+        TrainConfig(run_dir="runs/cpu-maze-vlm", preset="cpu-maze-vlm"),
+        [
+            "model.tiny=maze-vlm",
+            "model.tiny_layers=1",
+            "model.tiny_hidden=64",
+            "model.vision_width=32",
+            "model.vision_iterations=20",
+            "model.vision_patch_px=5",
+            "maze.size=9",
+            "maze.eval_set=VisMaze-v0",
+            "maze.heldout_sets=VisMaze-Hard-v0,heldout-13x13",
+            "rollout.max_moves=20",
+            "rollout.history=none",
+            "rollout.obs_mode=image",
+            "rollout.group_size=8",
+            "rollout.temperature=1.0",
+            "rollout.max_new_tokens=6",
+            "sft.mode=full",
+            "sft.vision_steps=220",
+            "sft.vision_lr=2e-3",
+            "sft.freeze_vision=true",
+            "sft.steps=100",
+            "sft.batch_size=128",
+            "sft.lr=2e-3",
+            "sft.random_starts=1.0",
+            "lora.rank=16",
+            "lora.alpha=32",
+            "lora.modules_to_save=vision_tower",
+            "rollout.branching=true",
+            "rollout.branch_reward=best",
+            "rollout.branch_continuation=sampled",
+            "rollout.branch_samples=32",
+            "rollout.branch_settled=0.9",
+            "algo.name=grpo",
+            "algo.lr=1e-3",
+            "algo.minibatch_size=128",
+            "algo.micro_batch_size=128",
+            "algo.old_logprobs=recompute",
+            "algo.minibatch_groups=true",
+            "algo.negative_weight=0",
+            "algo.skip_zero_advantage=true",
+            "algo.filter_zero_variance=true",
+            "algo.episode_mean=true",
+            "algo.epochs=3",
+            "loop.steps=120",
+            "loop.mazes_per_step=64",
+            "loop.num_threads=1",
+            "loop.max_minutes=15",
+            "eval.every=5",
+            "checkpoint.every=10",
+            "checkpoint.keep=2",
+        ],
+    )
 
 
 def qwen3_vl_8b_lora32() -> TrainConfig:
     """The case study's recipe: Qwen3-VL-8B (local path), LoRA r=32, GRPO, 6 GPUs, VisMaze-v0 images."""
     path = os.environ.get(QWEN3_VL_8B_PATH_ENV, "/models/Qwen3-VL-8B-Instruct")
-    return apply_overrides(TrainConfig(run_dir="runs/qwen3-vl-8b-lora32", preset="qwen3-vl-8b-lora32"), [
-        f"model.path={path}", "model.dtype=bfloat16", "model.device=cuda", "model.task_tokens=false",
-        "maze.size=9", "maze.eval_set=VisMaze-v0", "maze.heldout_sets=VisMaze-Hard-v0",
-        "rollout.obs_mode=image", "rollout.history=full", "rollout.max_moves=20",
-        "rollout.group_size=8", "rollout.temperature=0.7", "rollout.max_new_tokens=512",
-        "lora.rank=32", "lora.alpha=64",
-        "sft.enabled=never", "sft.mode=lora", "sft.lr=1e-4", "sft.steps=500", "sft.batch_size=32",
-        "algo.name=grpo", "algo.lr=1e-5", "algo.kl_coef=0.0", "algo.minibatch_size=128", "algo.micro_batch_size=4",
-        "loop.steps=100", "loop.mazes_per_step=32", "loop.backend=vllm", "loop.parity_every=10", "loop.num_threads=0",
-        "eval.every=10", "checkpoint.every=10", "checkpoint.keep=3",
-        "runner.kind=ray", "runner.num_gpus=6", "runner.num_workers=6", "runner.vllm_gpu_memory_utilization=0.5",
-    ])
+    return apply_overrides(
+        TrainConfig(run_dir="runs/qwen3-vl-8b-lora32", preset="qwen3-vl-8b-lora32"),
+        [
+            f"model.path={path}",
+            "model.dtype=bfloat16",
+            "model.device=cuda",
+            "model.task_tokens=false",
+            "maze.size=9",
+            "maze.eval_set=VisMaze-v0",
+            "maze.heldout_sets=VisMaze-Hard-v0",
+            "rollout.obs_mode=image",
+            "rollout.history=full",
+            "rollout.max_moves=20",
+            "rollout.group_size=8",
+            "rollout.temperature=0.7",
+            "rollout.max_new_tokens=512",
+            "lora.rank=32",
+            "lora.alpha=64",
+            "sft.enabled=never",
+            "sft.mode=lora",
+            "sft.lr=1e-4",
+            "sft.steps=500",
+            "sft.batch_size=32",
+            "algo.name=grpo",
+            "algo.lr=1e-5",
+            "algo.kl_coef=0.0",
+            "algo.minibatch_size=128",
+            "algo.micro_batch_size=4",
+            "loop.steps=100",
+            "loop.mazes_per_step=32",
+            "loop.backend=vllm",
+            "loop.parity_every=10",
+            "loop.num_threads=0",
+            "eval.every=10",
+            "checkpoint.every=10",
+            "checkpoint.keep=3",
+            "runner.kind=ray",
+            "runner.num_gpus=6",
+            "runner.num_workers=6",
+            "runner.vllm_gpu_memory_utilization=0.5",
+        ],
+    )
 
 
 PRESETS: dict[str, Callable[[], TrainConfig]] = {

@@ -65,7 +65,9 @@ class RayConfig:
     """
 
     address: str | None = None
-    """Ray cluster to join ("auto": the cluster this process runs in, e.g. inside a Ray job); None: ray.init() defaults ($RAY_ADDRESS, else a new local instance)."""
+    """Ray cluster to join ("auto": the cluster this process runs in, e.g. inside a Ray job); None: ray.init() defaults
+    ($RAY_ADDRESS, else a new local instance).
+    """
     num_workers: int = 2
     """Worker actors = placement-group bundles = training ranks = generation engines."""
     cpus_per_worker: float = 1.0
@@ -91,7 +93,9 @@ class RayConfig:
 # ------------------------------------------------------------------------ process group
 
 
-def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, timeout_s: float) -> str:
+def init_process_group(
+    rank: int, world_size: int, master_addr: str, master_port: int, backend: str, timeout_s: float
+) -> str:
     """Join the training process group over TCP; returns the backend actually used."""
     import datetime
 
@@ -101,8 +105,11 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(
-        backend=backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-        world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s),
+        backend=backend,
+        init_method=f"tcp://{master_addr}:{master_port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
     )
     return backend
 
@@ -154,7 +161,9 @@ class PrometheusExporter:
         self.episodes = Counter("mazegym_episodes", "Training episodes generated", tag_keys=("run",))
         self.restarts = Counter("mazegym_worker_restarts", "Worker-group rebuilds", tag_keys=("run",))
 
-    def record_step(self, step: int, metrics: dict[str, float], timings: dict[str, float], episodes: int, version: int) -> None:
+    def record_step(
+        self, step: int, metrics: dict[str, float], timings: dict[str, float], episodes: int, version: int
+    ) -> None:
         """Export one step's metrics (non-finite values are skipped: Prometheus gauges hate NaN)."""
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
@@ -206,25 +215,33 @@ class WorkerGroup:
         bundle = {"CPU": ray_cfg.cpus_per_worker}
         if ray_cfg.gpus_per_worker > 0:
             bundle["GPU"] = ray_cfg.gpus_per_worker
-        self.pg = placement_group([dict(bundle) for _ in range(ray_cfg.num_workers)], strategy=ray_cfg.placement_strategy)
+        self.pg = placement_group(
+            [dict(bundle) for _ in range(ray_cfg.num_workers)], strategy=ray_cfg.placement_strategy
+        )
         try:
             ray.get(self.pg.ready(), timeout=300)
         except Exception as exc:
             ray.util.remove_placement_group(self.pg)
             raise RuntimeError(
                 f"could not reserve {ray_cfg.num_workers} bundles of {bundle} ({ray_cfg.placement_strategy}); "
-                f"cluster resources: {ray.cluster_resources()}. Lower ray num_workers / cpus_per_worker / gpus_per_worker."
+                f"cluster resources: {ray.cluster_resources()}. Lower ray num_workers / cpus_per_worker / "
+                "gpus_per_worker."
             ) from exc
         remote_cls = ray.remote(worker_cls)
-        env = {"OMP_NUM_THREADS": str(ray_cfg.worker_threads), "MKL_NUM_THREADS": str(ray_cfg.worker_threads),
-               "TOKENIZERS_PARALLELISM": "false"}
+        env = {
+            "OMP_NUM_THREADS": str(ray_cfg.worker_threads),
+            "MKL_NUM_THREADS": str(ray_cfg.worker_threads),
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         self.actors = [
             remote_cls.options(
                 num_cpus=ray_cfg.cpus_per_worker,
                 num_gpus=ray_cfg.gpus_per_worker,
                 max_restarts=0,
                 runtime_env={"env_vars": env},
-                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self.pg, placement_group_bundle_index=i
+                ),
             ).remote(i, ray_cfg.num_workers, *init_args)
             for i in range(ray_cfg.num_workers)
         ]
@@ -235,14 +252,19 @@ class WorkerGroup:
             self.shutdown()  # do not leak actors or the placement group when setup fails
             raise
 
-    def call(self, method: str, *args: Any, per_rank: list[tuple] | None = None, timeout: float | None = None) -> list[Any]:
+    def call(
+        self, method: str, *args: Any, per_rank: list[tuple] | None = None, timeout: float | None = None
+    ) -> list[Any]:
         """Call ``method`` on every worker (same args, or ``per_rank[i]`` for rank i); their results in rank order.
 
         A dead actor, or an error in any worker while some actor is dead, raises :class:`WorkerFailure`.
         """
         import ray
 
-        refs = [getattr(a, method).remote(*(per_rank[i] if per_rank is not None else args)) for i, a in enumerate(self.actors)]
+        refs = [
+            getattr(a, method).remote(*(per_rank[i] if per_rank is not None else args))
+            for i, a in enumerate(self.actors)
+        ]
         with _worker_failures(self, method):
             return ray.get(refs, timeout=timeout)
 
@@ -292,8 +314,16 @@ class RolloutTrainWorker:
     ``save_checkpoint`` and ``save_adapter`` run collectives: the driver calls them on every rank.
     """
 
-    def __init__(self, rank: int, world_size: int, config_data: dict, ray_cfg: RayConfig, model_dir: str,
-                 start_adapter: str | None, resume_from: str | None):
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        config_data: dict,
+        ray_cfg: RayConfig,
+        model_dir: str,
+        start_adapter: str | None,
+        resume_from: str | None,
+    ):
         self.rank = rank
         self.world_size = world_size
         self.config_data = config_data
@@ -327,17 +357,30 @@ class RolloutTrainWorker:
         self.config = cfgmod.from_dict(self.config_data)
         c = self.config
         local.set_threads(c)
-        self.backend = init_process_group(self.rank, self.world_size, master_addr, master_port,
-                                          self.ray_cfg.backend, self.ray_cfg.collective_timeout_s)
+        self.backend = init_process_group(
+            self.rank,
+            self.world_size,
+            master_addr,
+            master_port,
+            self.ray_cfg.backend,
+            self.ray_cfg.collective_timeout_s,
+        )
         adapter = Path(self.start_adapter) if self.start_adapter else None
         # The same construction as runners.local._train (identical LoRA init on every rank), with
         # the policy sharded by FSDP2 before the optimizer is built over its (DTensor) parameters.
         self.generator, self.policy, self.algorithm, self.probe = local.build_training(
-            c, Path(self.model_dir), adapter, generator=self._build_generator(Path(self.model_dir), adapter),
-            prepare_policy=fsdp.shard_policy)
+            c,
+            Path(self.model_dir),
+            adapter,
+            generator=self._build_generator(Path(self.model_dir), adapter),
+            prepare_policy=fsdp.shard_policy,
+        )
         # Rounds are tiny CPU all-reduces: on nccl they get a gloo group of their own.
-        rounds = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.ray_cfg.collective_timeout_s)) \
-            if self.backend == "nccl" else None
+        rounds = (
+            dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.ray_cfg.collective_timeout_s))
+            if self.backend == "nccl"
+            else None
+        )
         self.lockstep = fsdp.Lockstep(self.policy, self.algorithm, group=rounds)
         self.rollout = local.rollout_config(c)
         # As on the local runner: sampled image placeholders never reach the trainer (a failing
@@ -345,14 +388,23 @@ class RolloutTrainWorker:
         self.forbidden = local.vision_placeholder_ids(Path(self.model_dir))
         state: dict[str, Any] = {}
         if self.resume_from:
-            stream = MazeStream(size=c.maze.size, seed=c.maze.stream_seed, generator=c.maze.generator,
-                                max_optimal_moves=c.rollout.max_moves)
+            stream = MazeStream(
+                size=c.maze.size,
+                seed=c.maze.stream_seed,
+                generator=c.maze.generator,
+                max_optimal_moves=c.rollout.max_moves,
+            )
             # A full (gathered) checkpoint, whatever the worker count that wrote it: every rank keeps its shards.
             state = local.load_checkpoint(Path(self.resume_from), self.policy, self.algorithm, stream)
             fsdp.shard_optimizer_state(self.algorithm.optimizer)
             self.generator.load_adapter(str(Path(self.resume_from) / "adapter"), int(state["step"]))
-        return {"rank": self.rank, "pid": os.getpid(), "backend": self.backend, "node": worker_address()[0],
-                "resumed_step": int(state.get("step", 0))}
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "backend": self.backend,
+            "node": worker_address()[0],
+            "resumed_step": int(state.get("step", 0)),
+        }
 
     def _build_generator(self, model_dir: Any, adapter: Any) -> Any:
         from runners import local
@@ -361,8 +413,12 @@ class RolloutTrainWorker:
         if c.loop.backend == "vllm" and c.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update:
             from runners.generation.vllm import VLLMGenerator
 
-            generator = VLLMGenerator(str(model_dir), max_lora_rank=c.lora.rank, enable_sleep_mode=True,
-                                      gpu_memory_utilization=c.runner.vllm_gpu_memory_utilization)
+            generator = VLLMGenerator(
+                str(model_dir),
+                max_lora_rank=c.lora.rank,
+                enable_sleep_mode=True,
+                gpu_memory_utilization=c.runner.vllm_gpu_memory_utilization,
+            )
             if adapter is not None:
                 generator.load_adapter(str(adapter), 0)
             return generator
@@ -414,8 +470,10 @@ class RolloutTrainWorker:
         sync = AdapterSync(sync_dir, keep=2)
         latest = sync.committed()  # a broken adapter is refused with the reason, never loaded
         if latest is None or latest[0] != version:
-            raise RuntimeError(f"rank {self.rank}: sync dir {sync_dir} holds version {latest and latest[0]}, expected {version}; "
-                               "is it on a filesystem every worker shares (e.g. /shared)?")
+            raise RuntimeError(
+                f"rank {self.rank}: sync dir {sync_dir} holds version {latest and latest[0]}, expected {version}; "
+                "is it on a filesystem every worker shares (e.g. /shared)?"
+            )
         self.generator.load_adapter(str(latest[1]), version)
         out = {"sync/load_s": time.perf_counter() - t0}
         dist.barrier()
@@ -425,8 +483,9 @@ class RolloutTrainWorker:
             p = self.probe
             trained = trainer_logprobs(self.policy, p.prompt_ids, p.response_ids, p.images)
             base = trainer_logprobs(self.policy, p.prompt_ids, p.response_ids, p.images, reference=True)
-            out["sync/parity_mean_abs"] = p.check(self.generator, version=version, trainer_fn=lambda *_: trained,
-                                                  reference_fn=lambda *_: base)["mean_abs"]
+            out["sync/parity_mean_abs"] = p.check(
+                self.generator, version=version, trainer_fn=lambda *_: trained, reference_fn=lambda *_: base
+            )["mean_abs"]
         out["sync/version"] = float(self.generator.adapter_version)
         return out
 
@@ -447,8 +506,9 @@ class RolloutTrainWorker:
                 return evaluate_mazes(self.generator, mazes, rollout, seed=start)
             return play_episodes(self.generator, mazes, rollout, 1, seed=start, keep_images=False)
 
-    def save_checkpoint(self, root: str, keep: int, step: int, stream_state: dict, extra: dict,
-                        run_id: str | None = None) -> str | None:
+    def save_checkpoint(
+        self, root: str, keep: int, step: int, stream_state: dict, extra: dict, run_id: str | None = None
+    ) -> str | None:
         """Every rank: gather adapter and optimizer state; rank 0 checkpoints them with its RNGs (valid
         for any worker count, and for the local runner) as part of run ``run_id``. Returns the
         checkpoint path on rank 0."""
@@ -462,8 +522,17 @@ class RolloutTrainWorker:
         if self.rank != 0:
             return None
         manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None, run_id=run_id)
-        return str(local.save_checkpoint(manager, step, fsdp.GatheredAdapter(self.policy, adapter),
-                                         fsdp.GatheredAlgorithmState(trainer_state), stream_state, self.config, extra))
+        return str(
+            local.save_checkpoint(
+                manager,
+                step,
+                fsdp.GatheredAdapter(self.policy, adapter),
+                fsdp.GatheredAlgorithmState(trainer_state),
+                stream_state,
+                self.config,
+                extra,
+            )
+        )
 
     def save_adapter(self, directory: str) -> str | None:
         """Every rank: gather the adapter; rank 0 writes it (PEFT format) and returns the path."""
@@ -515,10 +584,15 @@ def ray_config_from(config: Any) -> RayConfig:
     if rc.num_workers < 1:
         raise ConfigError(f"runner.num_workers must be >= 1, got {rc.num_workers}")
     if rc.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
-        raise ConfigError(f"runner.options placement_strategy={rc.placement_strategy!r}; use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+        raise ConfigError(
+            f"runner.options placement_strategy={rc.placement_strategy!r}; use PACK, SPREAD, STRICT_PACK or "
+            "STRICT_SPREAD"
+        )
     if config.loop.mazes_per_step < rc.num_workers:
-        raise ConfigError(f"loop.mazes_per_step={config.loop.mazes_per_step} < runner.num_workers={rc.num_workers}: "
-                          "every worker needs at least one maze group per step")
+        raise ConfigError(
+            f"loop.mazes_per_step={config.loop.mazes_per_step} < runner.num_workers={rc.num_workers}: "
+            "every worker needs at least one maze group per step"
+        )
     return rc
 
 
@@ -563,8 +637,13 @@ def _evaluate(group: WorkerGroup, set_name: str, temperature: float, rollout: An
     return eval_summary(set_name, episodes, rollout, temperature)
 
 
-def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg: RayConfig | None = None,
-          command: str | None = None) -> Any:
+def train(
+    config: Any,
+    log: Any = print,
+    stop_after: int | None = None,
+    ray_cfg: RayConfig | None = None,
+    command: str | None = None,
+) -> Any:
     """Run SFT (when needed, on the driver) then RL on a Ray cluster; returns a local.RunResult.
 
     Same config, same phases, same logs as :func:`runners.local.train`; ``stop_after`` ends
@@ -591,14 +670,20 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
         ray.init(address=ray_cfg.address, log_to_driver=True)
     run_dir = Path(config.run_dir).resolve()
     config.run_dir = str(run_dir)
-    manager = CheckpointManager(run_dir / "checkpoints", keep=config.checkpoint.keep, log=log,
-                                required=local.checkpoint_files(config))
+    manager = CheckpointManager(
+        run_dir / "checkpoints", keep=config.checkpoint.keep, log=log, required=local.checkpoint_files(config)
+    )
     resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
     record_invocation(run_dir, command)
-    metrics = MetricsLogger(run_dir, wandb=config.logging.wandb, mlflow=config.logging.mlflow,
-                            project=config.logging.project, config=cfgmod.to_dict(config))
+    metrics = MetricsLogger(
+        run_dir,
+        wandb=config.logging.wandb,
+        mlflow=config.logging.mlflow,
+        project=config.logging.project,
+        config=cfgmod.to_dict(config),
+    )
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
     try:
         model_dir, start_adapter = local.rl_start(config, log=log, metrics=metrics)
@@ -617,10 +702,14 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
                 if exporter is not None:
                     exporter.record_restart()
                 if state.restarts > ray_cfg.max_restarts:
-                    raise RuntimeError(f"a worker died and runner max_restarts={ray_cfg.max_restarts} is used up: {exc}") from exc
+                    raise RuntimeError(
+                        f"a worker died and runner max_restarts={ray_cfg.max_restarts} is used up: {exc}"
+                    ) from exc
                 resume_from = manager.latest_valid()
-                log(f"[ray] worker failure ({exc}); restart {state.restarts}/{ray_cfg.max_restarts} "
-                    f"from {resume_from or 'the start'}")
+                log(
+                    f"[ray] worker failure ({exc}); restart {state.restarts}/{ray_cfg.max_restarts} "
+                    f"from {resume_from or 'the start'}"
+                )
                 metrics.log(state.step, {"ray/restarts": float(state.restarts)}, phase="ray")
             finally:
                 if group is not None:
@@ -630,8 +719,16 @@ def train(config: Any, log: Any = print, stop_after: int | None = None, ray_cfg:
         shutil.rmtree(run_dir / "adapter_sync", ignore_errors=True)
 
 
-def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter: Any, resume_from: Any,
-                 state: Any, run_dir: Any, log: Any) -> WorkerGroup:
+def _start_group(
+    config: Any,
+    ray_cfg: RayConfig,
+    model_dir: Any,
+    start_adapter: Any,
+    resume_from: Any,
+    state: Any,
+    run_dir: Any,
+    log: Any,
+) -> WorkerGroup:
     """Build the worker group; resume every rank from ``resume_from`` (or start fresh)."""
     import json
     import shutil
@@ -641,8 +738,13 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
 
     # Adapter versions restart from the checkpoint's step: clear versions a dead group left behind.
     shutil.rmtree(run_dir / "adapter_sync", ignore_errors=True)
-    init_args = (cfgmod.to_dict(config), ray_cfg, str(model_dir), str(start_adapter) if start_adapter else None,
-                 str(resume_from) if resume_from else None)
+    init_args = (
+        cfgmod.to_dict(config),
+        ray_cfg,
+        str(model_dir),
+        str(start_adapter) if start_adapter else None,
+        str(resume_from) if resume_from else None,
+    )
     group = WorkerGroup(ray_cfg, RolloutTrainWorker, init_args)
     info = group.setup_info
     atomic.write_json(run_dir / "ray_workers.json", info)
@@ -662,14 +764,28 @@ def _start_group(config: Any, ray_cfg: RayConfig, model_dir: Any, start_adapter:
     return group
 
 
-def _loop(group: WorkerGroup, config: Any, run_dir: Any, manager: Any, metrics: Any, exporter: Any,
-          state: Any, log: Any, stop_after: int | None, t_start: float) -> Any:
+def _loop(
+    group: WorkerGroup,
+    config: Any,
+    run_dir: Any,
+    manager: Any,
+    metrics: Any,
+    exporter: Any,
+    state: Any,
+    log: Any,
+    stop_after: int | None,
+    t_start: float,
+) -> Any:
     """The shared step loop (:func:`runners.loop.run_rl_loop`) with each phase spread over the worker group."""
     from mazegym.evalsets import MazeStream
     from runners.loop import run_rl_loop
 
-    stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
-                        max_optimal_moves=config.rollout.max_moves)
+    stream = MazeStream(
+        size=config.maze.size,
+        seed=config.maze.stream_seed,
+        generator=config.maze.generator,
+        max_optimal_moves=config.rollout.max_moves,
+    )
     if state.stream is not None:
         stream.load_state_dict(state.stream)
     backend = RayBackend(group, config, run_dir, manager, exporter, state)
@@ -723,26 +839,38 @@ class RayBackend:
 
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Rank 0 writes the gathered adapter + optimizer state (every rank joins the gather)."""
-        self.group.call("save_checkpoint", str(self.manager.root), self.manager.keep, step, stream_state,
-                        {**extra, "ray_workers": self.workers}, self.manager.run_id)
+        self.group.call(
+            "save_checkpoint",
+            str(self.manager.root),
+            self.manager.keep,
+            step,
+            stream_state,
+            {**extra, "ray_workers": self.workers},
+            self.manager.run_id,
+        )
 
     def save_adapter(self, directory: Any) -> None:
         """The final gathered adapter."""
         self.group.call("save_adapter", str(directory))
 
-    def step_extras(self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int) -> dict[str, float]:
+    def step_extras(
+        self, step: int, record: dict[str, float], timings: dict[str, float], episodes: int
+    ) -> dict[str, float]:
         """Worker count and FSDP padding passes; the step is also exported to Prometheus."""
         extras = {"ray/num_workers": float(self.workers), "ray/padding_passes": padding_passes(self._per_rank_update)}
         if self.exporter is not None:
-            self.exporter.record_step(step, {**record, **extras}, {k.split("/", 1)[1]: v for k, v in timings.items()},
-                                      episodes, step)
+            self.exporter.record_step(
+                step, {**record, **extras}, {k.split("/", 1)[1]: v for k, v in timings.items()}, episodes, step
+            )
         return extras
 
     def results_extras(self) -> tuple[dict[str, Any], dict[str, str]]:
         """Worker count and restarts in the results; the worker list among the artifacts."""
         run_dir = self.manager.root.parent
-        return ({"ray": {"num_workers": self.workers, "restarts": self.state.restarts}},
-                {"ray_workers": str(run_dir / "ray_workers.json")})
+        return (
+            {"ray": {"num_workers": self.workers, "restarts": self.state.restarts}},
+            {"ray_workers": str(run_dir / "ray_workers.json")},
+        )
 
 
 def _get_all(group: WorkerGroup, refs: list, what: str) -> list:

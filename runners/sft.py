@@ -144,8 +144,16 @@ def demo_turns(
         current = user_message(obs, info, obs_mode=obs_mode, state_only=state_prompt)
         ids, images = encoder.encode(build_messages(system, past, current, history, history_k))
         reply = format_action(int(action))
-        turns.append(Turn(prompt_ids=ids, response_ids=encoder.tokenize_text(reply) + [eos_id], images=list(images),
-                          action=int(action), text=reply, state="{},{}".format(*env.agent_pos)))
+        turns.append(
+            Turn(
+                prompt_ids=ids,
+                response_ids=encoder.tokenize_text(reply) + [eos_id],
+                images=list(images),
+                action=int(action),
+                text=reply,
+                state="{},{}".format(*env.agent_pos),
+            )
+        )
         past.append((current, reply))
         obs, _, terminated, truncated, info = env.step(int(action))
         if "image" in obs:
@@ -171,7 +179,9 @@ def _random_start(spec: MazeSpec, rng: np.random.Generator) -> MazeSpec:
 class DemoStream:
     """Endless stream of demonstration turns from a resumable :class:`MazeStream` (shuffled per maze)."""
 
-    def __init__(self, mazes: MazeStream, make_turns: Callable[[MazeSpec, np.random.Generator], list[Turn]], seed: int = 0):
+    def __init__(
+        self, mazes: MazeStream, make_turns: Callable[[MazeSpec, np.random.Generator], list[Turn]], seed: int = 0
+    ):
         self.mazes = mazes
         self.make_turns = make_turns
         self.rng = np.random.default_rng(seed)
@@ -188,8 +198,13 @@ class DemoStream:
 
 
 # --------------------------------------------------------------------------- the loss
-def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, image_processor: Any = None,
-                 localization_weight: float = 0.0) -> tuple[torch.Tensor, int]:
+def response_nll(
+    model: torch.nn.Module,
+    turns: Sequence[Turn],
+    pad_id: int,
+    image_processor: Any = None,
+    localization_weight: float = 0.0,
+) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood of the reply tokens of ``turns`` (prompt tokens masked out).
 
     With ``localization_weight > 0`` and a model that takes ``agent_cells`` (MazeVLM), adds that
@@ -221,18 +236,24 @@ def response_nll(model: torch.nn.Module, turns: Sequence[Turn], pad_id: int, ima
             cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
             extra["agent_cells"] = torch.tensor([r * w + c for (r, c), w in zip(cells, cols)])
     device = next(model.parameters()).device
-    out = model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False,
-                **{k: v.to(device) for k, v in extra.items()})
+    out = model(
+        input_ids=ids.to(device),
+        attention_mask=attention.to(device),
+        use_cache=False,
+        **{k: v.to(device) for k, v in extra.items()},
+    )
     logits = out.logits.float()
     targets = labels[:, 1:].to(device)
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+    )
     if getattr(out, "aux_loss", None) is not None:
         loss = loss + localization_weight * out.aux_loss
     return loss, int((targets != -100).sum())
 
 
 def has_vision_pretraining(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (or the model inside a PEFT wrapper) defines a vision-encoder pretraining objective (MazeVLM)."""
+    """Whether ``model`` (or the model in a PEFT wrapper) has a vision-encoder pretraining objective (MazeVLM)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return callable(getattr(base, "vision_pretraining_loss", None))
 
@@ -270,15 +291,21 @@ def pretrain_vision(
         cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
         device = params[0].device
         loss, accuracy = base.vision_pretraining_loss(
-            processed["pixel_values"].to(device), processed["image_grid_thw"].to(device),
+            processed["pixel_values"].to(device),
+            processed["image_grid_thw"].to(device),
             agent_cells=torch.tensor([r * w + c for (r, c), w in zip(cells, cols)], device=device),
-            actions=torch.tensor([int(t.action) for t in turns], device=device))
+            actions=torch.tensor([int(t.action) for t in turns], device=device),
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        metrics = {"vision_loss": loss.item(), "vision_move_accuracy": accuracy, "grad_norm": float(grad_norm),
-                   "step_seconds": time.perf_counter() - t0}
+        metrics = {
+            "vision_loss": loss.item(),
+            "vision_move_accuracy": accuracy,
+            "grad_norm": float(grad_norm),
+            "step_seconds": time.perf_counter() - t0,
+        }
         if log is not None:
             log(step, metrics)
     model.eval()
@@ -339,8 +366,13 @@ def train_sft(
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        metrics = {"loss": loss.item(), "grad_norm": float(grad_norm), "tokens": float(ntok),
-                   "lr": sched.get_last_lr()[0], "step_seconds": time.perf_counter() - t0}
+        metrics = {
+            "loss": loss.item(),
+            "grad_norm": float(grad_norm),
+            "tokens": float(ntok),
+            "lr": sched.get_last_lr()[0],
+            "step_seconds": time.perf_counter() - t0,
+        }
         if log is not None:
             log(step, metrics)
     model.eval()
@@ -354,4 +386,3 @@ def copy_model_dir(src: str | Path, dst: str | Path) -> Path:
         shutil.rmtree(dst)
     shutil.copytree(src, dst)
     return dst
-

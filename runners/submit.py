@@ -43,17 +43,63 @@ from typing import Any
 RUNNER_MODULE = "runners.ray_runner"
 """Module the job runs (``python -m``): the distributed runner's command-line entry."""
 
-DEFAULT_EXCLUDES = [".git", ".venv", ".venv*", "runs", "**/__pycache__", "*.pyc", ".pytest_cache", ".hypothesis", ".benchmarks"]
+DEFAULT_EXCLUDES = [
+    ".git",
+    ".venv",
+    ".venv*",
+    "runs",
+    "**/__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".hypothesis",
+    ".benchmarks",
+]
 """Paths never uploaded with the working directory (virtualenvs and run outputs are large)."""
 
 NEVER_UPLOAD = [
     # secrets
-    ".env", ".env.*", "*.env", "secrets.*", "*secret*", ".ssh", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
-    ".netrc", "_netrc", ".ray", "auth_token", "wandb", ".aws", ".azure", ".gcloud", ".kube", ".docker", ".git-credentials",
-    ".pypirc", "*.pem", "*.key", "*.p12", "credentials*", ".git",
+    ".env",
+    ".env.*",
+    "*.env",
+    "secrets.*",
+    "*secret*",
+    ".ssh",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".netrc",
+    "_netrc",
+    ".ray",
+    "auth_token",
+    "wandb",
+    ".aws",
+    ".azure",
+    ".gcloud",
+    ".kube",
+    ".docker",
+    ".git-credentials",
+    ".pypirc",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "credentials*",
+    ".git",
     # weights and run outputs
-    "*.pt", "*.pth", "*.bin", "*.safetensors", "*.ckpt", "*.gguf", "*.onnx", "*.pkl", "*.pickle", "*.npz",
-    "checkpoints", "runs", "final_adapter", "adapter_sync",
+    "*.pt",
+    "*.pth",
+    "*.bin",
+    "*.safetensors",
+    "*.ckpt",
+    "*.gguf",
+    "*.onnx",
+    "*.pkl",
+    "*.pickle",
+    "*.npz",
+    "checkpoints",
+    "runs",
+    "final_adapter",
+    "adapter_sync",
 ]
 """Name patterns (matched against every component of a path) that are never uploaded."""
 
@@ -98,7 +144,9 @@ def build_runtime_env(cfg: SubmitConfig) -> dict[str, Any]:
     if cfg.working_dir is not None:
         path = Path(cfg.working_dir).expanduser().resolve()
         if not path.is_dir():
-            raise FileNotFoundError(f"working_dir {cfg.working_dir!r} is not a directory; pass a source checkout or None")
+            raise FileNotFoundError(
+                f"working_dir {cfg.working_dir!r} is not a directory; pass a source checkout or None"
+            )
         runtime_env["working_dir"] = str(path)
         runtime_env["excludes"] = list(cfg.excludes)
     if cfg.pip:
@@ -130,10 +178,14 @@ def link_problem(root: Path, relative: str) -> str | None:
 def tracked_files(directory: Path) -> list[str]:
     """Files git tracks under ``directory`` (relative paths); ``ValueError`` when it is not in a git checkout."""
     try:
-        out = subprocess.run(["git", "-C", str(directory), "ls-files", "-z", "--cached"], capture_output=True, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(directory), "ls-files", "-z", "--cached"], capture_output=True, check=True
+        )
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise ValueError(f"working_dir {directory} is not inside a git checkout ({exc}); only tracked files are "
-                         f"uploaded, so submit from a checkout (add untracked files with --include)") from exc
+        raise ValueError(
+            f"working_dir {directory} is not inside a git checkout ({exc}); only tracked files are "
+            f"uploaded, so submit from a checkout (add untracked files with --include)"
+        ) from exc
     return [name for name in out.stdout.decode().split("\0") if name]
 
 
@@ -143,8 +195,11 @@ def upload_files(cfg: SubmitConfig) -> list[str]:
     An include that is missing, outside the working dir, or matches :data:`NEVER_UPLOAD` raises ``ValueError``.
     """
     root = Path(cfg.working_dir).expanduser().resolve()
-    chosen = {name for name in tracked_files(root)
-              if (root / name).is_file() and never_upload(name) is None and link_problem(root, name) is None}
+    chosen = {
+        name
+        for name in tracked_files(root)
+        if (root / name).is_file() and never_upload(name) is None and link_problem(root, name) is None
+    }
     for include in cfg.includes:
         path = (root / include).resolve()
         if not path.is_relative_to(root) or not path.exists():
@@ -155,8 +210,10 @@ def upload_files(cfg: SubmitConfig) -> list[str]:
             pattern = never_upload(rel)
             problem = f"matches {pattern!r}" if pattern is not None else link_problem(root, rel)
             if problem is not None:
-                raise ValueError(f"--include {include!r}: {rel} {problem}, which is never uploaded "
-                                 f"(secrets and weights stay on this machine)")
+                raise ValueError(
+                    f"--include {include!r}: {rel} {problem}, which is never uploaded "
+                    f"(secrets and weights stay on this machine)"
+                )
             chosen.add(rel)
     return sorted(chosen)
 
@@ -192,8 +249,10 @@ def check_token_transport(address: str, token: str | None) -> None:
     except ValueError:
         loopback = host == "localhost"
     if not loopback:
-        raise ValueError(f"refusing to send the Ray auth token in clear text over {parts.scheme}:// to {host!r}; "
-                         f"use an https:// address, or tunnel the dashboard port to 127.0.0.1")
+        raise ValueError(
+            f"refusing to send the Ray auth token in clear text over {parts.scheme}:// to {host!r}; "
+            f"use an https:// address, or tunnel the dashboard port to 127.0.0.1"
+        )
 
 
 def find_auth_token(explicit: str | None = None) -> str | None:
@@ -285,11 +344,22 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p = parser or argparse.ArgumentParser(prog="mazegym submit", description=__doc__.split("\n\n")[0])
     d = SubmitConfig()
     p.add_argument("--address", default=os.environ.get("RAY_API_SERVER_ADDRESS", d.address), help=SubmitConfig.__doc__)
-    p.add_argument("--working-dir", default=None, help="upload this directory as the job's working dir (default: use the image's install)")
-    p.add_argument("--include", action="append", default=[], metavar="PATH",
-                   help="with --working-dir: also upload this untracked file or directory (repeatable; never secrets or weights)")
+    p.add_argument(
+        "--working-dir",
+        default=None,
+        help="upload this directory as the job's working dir (default: use the image's install)",
+    )
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="with --working-dir: also upload this untracked file or directory (repeatable; never secrets or weights)",
+    )
     p.add_argument("--pip", action="append", default=[], help="extra pip requirement for the job (repeatable)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job (repeatable)")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job (repeatable)"
+    )
     p.add_argument("--submission-id", default=None, help="job id (unique on the cluster)")
     p.add_argument("--auth-token", default=None, help="Ray auth token (default: $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
     p.add_argument("--wait", action="store_true", help="wait for the job to finish; exit 1 if it failed")
@@ -310,9 +380,18 @@ def config_from_args(ns: argparse.Namespace) -> tuple[SubmitConfig, list[str]]:
     train_args = list(ns.train_args)
     if train_args and train_args[0] == "--":
         train_args = train_args[1:]
-    cfg = SubmitConfig(address=ns.address, working_dir=ns.working_dir, includes=ns.include, pip=ns.pip, env=env,
-                       submission_id=ns.submission_id, auth_token=ns.auth_token, wait=ns.wait,
-                       timeout_s=ns.timeout_s, follow=ns.follow)
+    cfg = SubmitConfig(
+        address=ns.address,
+        working_dir=ns.working_dir,
+        includes=ns.include,
+        pip=ns.pip,
+        env=env,
+        submission_id=ns.submission_id,
+        auth_token=ns.auth_token,
+        wait=ns.wait,
+        timeout_s=ns.timeout_s,
+        follow=ns.follow,
+    )
     return cfg, train_args
 
 
@@ -324,9 +403,12 @@ def add_submit_command(subparsers: Any) -> argparse.ArgumentParser:
         from runners.submit import add_submit_command
         add_submit_command(sub)        # sub = parser.add_subparsers(...)
     """
-    p = subparsers.add_parser("submit", help="send a training run to a Ray cluster (Ray Jobs API)",
-                              description=__doc__.split("\n\n")[0] + " Arguments after -- go to the run "
-                              "(mazegym train flags and KEY=VALUE overrides; runner.kind=ray is implied).")
+    p = subparsers.add_parser(
+        "submit",
+        help="send a training run to a Ray cluster (Ray Jobs API)",
+        description=__doc__.split("\n\n")[0] + " Arguments after -- go to the run "
+        "(mazegym train flags and KEY=VALUE overrides; runner.kind=ray is implied).",
+    )
     build_parser(p)
     p.set_defaults(func=run_submit_args)
     return p

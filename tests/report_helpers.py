@@ -48,8 +48,18 @@ def assert_renders_in_chromium(report: Path, workdir: Path) -> dict:
     page = report.read_text()
     probed = workdir / "probed.html"
     probed.write_text(page.replace("<head>", "<head>" + PROBE, 1))
-    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-            f"--user-data-dir={workdir / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
+    argv = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={workdir / 'profile'}",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        probed.as_uri(),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = re.search(r'<pre id="mazegym-probe">(.*?)</pre>', proc.stdout, re.S)
@@ -62,5 +72,6 @@ def assert_renders_in_chromium(report: Path, workdir: Path) -> dict:
     return probe
 
 
-NO_CHROMIUM = ("no chromium on PATH: scripts/install.sh installs it with apt-get when run as root "
-               "(apt-get install -y chromium)")
+NO_CHROMIUM = (
+    "no chromium on PATH: scripts/install.sh installs it with apt-get when run as root (apt-get install -y chromium)"
+)

@@ -22,8 +22,9 @@ def cached_sft_model(steps: int, *overrides: str) -> Path:
     from runners.config import apply_overrides
     from runners.presets import get_preset
 
-    cfg = apply_overrides(get_preset("cpu-tiny"), ["run_dir=unused", *overrides, f"sft.steps={steps}",
-                                                   "logging.progress=false"])
+    cfg = apply_overrides(
+        get_preset("cpu-tiny"), ["run_dir=unused", *overrides, f"sft.steps={steps}", "logging.progress=false"]
+    )
     recipe = {k: cfgmod.to_dict(cfg)[k] for k in ("model", "sft", "maze", "rollout", "lora")}
     key = hashlib.sha256(json.dumps([recipe, tiny.TOKENIZER_VERSION], sort_keys=True).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("MAZEGYM_TEST_CACHE", Path.home() / ".cache" / "mazegym" / "tests")) / f"sft-{key}"

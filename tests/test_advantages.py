@@ -29,7 +29,9 @@ def test_grpo_uses_unbiased_group_std():
 def test_grpo_groups_need_not_be_contiguous_and_ids_are_arbitrary():
     a = grpo_advantages(torch.tensor([1.0, 5.0, 0.0, 7.0]), torch.tensor([42, -3, 42, -3]), eps=0.0)
     # group 42: [1, 0] -> mean 0.5, std sqrt(0.5); group -3: [5, 7] -> mean 6, std sqrt(2)
-    assert a.tolist() == pytest.approx([0.5 / math.sqrt(0.5), -1 / math.sqrt(2.0), -0.5 / math.sqrt(0.5), 1 / math.sqrt(2.0)])
+    assert a.tolist() == pytest.approx(
+        [0.5 / math.sqrt(0.5), -1 / math.sqrt(2.0), -0.5 / math.sqrt(0.5), 1 / math.sqrt(2.0)]
+    )
 
 
 def test_single_sample_and_all_equal_groups_get_zero():
@@ -61,7 +63,9 @@ def test_rloo_leave_one_out_baseline():
 def test_gae_by_hand_with_episode_boundary():
     # episode A: r=[0, 1], V=[0.5, 0.8], terminal; episode B: r=[2], V=[1.0], terminal.
     gamma, lam = 0.9, 0.8
-    adv, ret = gae(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.5, 0.8, 1.0]), torch.tensor([0.0, 1.0, 1.0]), gamma, lam)
+    adv, ret = gae(
+        torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.5, 0.8, 1.0]), torch.tensor([0.0, 1.0, 1.0]), gamma, lam
+    )
     d1 = 1.0 - 0.8  # last step of A: no bootstrap
     d0 = 0.0 + gamma * 0.8 - 0.5
     a0 = d0 + gamma * lam * d1
@@ -134,8 +138,9 @@ def test_anchor_state_advantages_by_hand():
     # anchor "a" (ep0 t0, ep1 t0, ep2 t0): [0.25, 0.5, 0] -> mean 0.25, unbiased std 0.25 -> [0, 1, -1]
     # anchor "b" (ep0 t1, ep2 t1, ep2 t2): [0.5, 0, 0] -> mean 1/6, std sqrt(1/12)
     # anchor "c" (ep0 t2, ep1 t1): [1, 1] -> all equal -> 0
-    out = anchor_state_advantages([[0, 0, 1], [0, 1], [0, 0, 0]], [["a", "b", "c"], ["a", "c"], ["a", "b", "b"]],
-                                  [0, 0, 0], gamma=0.5)
+    out = anchor_state_advantages(
+        [[0, 0, 1], [0, 1], [0, 0, 0]], [["a", "b", "c"], ["a", "c"], ["a", "b", "b"]], [0, 0, 0], gamma=0.5
+    )
     sb = math.sqrt(1 / 12)
     assert out[0].tolist() == pytest.approx([0.0, (1 / 3) / sb, 0.0], abs=1e-4)
     assert out[1].tolist() == pytest.approx([1.0, 0.0], abs=1e-4)
@@ -151,8 +156,9 @@ def test_anchor_states_never_mix_groups_and_unknown_states_get_zero():
 
 def test_anchor_states_reward_the_shorter_way_when_every_play_succeeds():
     # Both plays from cell "s" reach the goal; the 1-move one must beat the 3-move detour.
-    out = anchor_state_advantages([[1.0], [0.0, 0.0, 1.0]], [["s"], ["s", "t", "u"]], [0, 0], gamma=0.9,
-                                  norm_by_std=False)
+    out = anchor_state_advantages(
+        [[1.0], [0.0, 0.0, 1.0]], [["s"], ["s", "t", "u"]], [0, 0], gamma=0.9, norm_by_std=False
+    )
     assert out[0].item() == pytest.approx((1 - 0.81) / 2)
     assert out[1][0].item() == pytest.approx(-(1 - 0.81) / 2)
     assert out[1][1:].tolist() == [0.0, 0.0]

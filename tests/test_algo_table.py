@@ -17,8 +17,16 @@ _spec.loader.exec_module(algo_table)
 
 
 def run(algo, seed, rc, after, curve, wall, rss, before=0.4):
-    return {"algo": algo, "seed": seed, "rc": rc, "wall_s": wall, "peak_rss_mb": rss,
-            "before": before if rc == 0 else None, "after": after, "curve": curve}
+    return {
+        "algo": algo,
+        "seed": seed,
+        "rc": rc,
+        "wall_s": wall,
+        "peak_rss_mb": rss,
+        "before": before if rc == 0 else None,
+        "after": after,
+        "curve": curve,
+    }
 
 
 RUNS = [
@@ -39,8 +47,9 @@ def test_aggregate_hand_computed():
     assert (a["after"]["min"], a["after"]["max"]) == (0.5, 1.0)
     # steps to 95%: 5 and 10 -> mean 7.5, std sqrt(2 * 2.5^2) = 3.5355; seconds 50 and 130 -> mean 90, std 56.5685
     assert a["steps_to_threshold"] == pytest.approx({"mean": 7.5, "min": 5, "max": 10, "std": 3.5355339, "n": 2})
-    assert a["seconds_to_threshold"] == pytest.approx({"mean": 90.0, "min": 50.0, "max": 130.0, "std": 56.568542,
-                                                       "n": 2})
+    assert a["seconds_to_threshold"] == pytest.approx(
+        {"mean": 90.0, "min": 50.0, "max": 130.0, "std": 56.568542, "n": 2}
+    )
     assert a["wall_s"] == pytest.approx({"mean": 200.0, "min": 100.0, "max": 300.0, "std": 100.0, "n": 3})
     assert a["peak_rss_mb"]["max"] == 700.0
     # b: the crashed seed counts as failed, its wall time still counts; one finished seed has no std
@@ -55,19 +64,28 @@ def test_threshold_is_inclusive_and_table_text():
     meta = {"preset": "p", "command": "c", "sft": "s", "overrides": [], "threshold": 0.95, "date": "d"}
     md = algo_table.markdown(algo_table.aggregate(RUNS), meta)
     # seconds to 95%: 50, 130 s = 0.83, 2.17 min; wall 100-300 s; RSS 500-700 MB = 0.49-0.68 GB, sd 100 MB = 0.10 GB
-    assert ("| a | 3/3 | 40.0% (40.0-40.0%, sd 0.0%) | 75.0% (50.0-100.0%, sd 25.0%) | "
-            "7.5 (5.0-10.0, sd 3.5) (2/3 seeds) | 1.5 min (0.8-2.2 min, sd 0.9 min) | "
-            "3.3 min (1.7-5.0 min, sd 1.7 min) | 0.59 GB (0.49-0.68 GB, sd 0.10 GB) |") in md
+    assert (
+        "| a | 3/3 | 40.0% (40.0-40.0%, sd 0.0%) | 75.0% (50.0-100.0%, sd 25.0%) | "
+        "7.5 (5.0-10.0, sd 3.5) (2/3 seeds) | 1.5 min (0.8-2.2 min, sd 0.9 min) | "
+        "3.3 min (1.7-5.0 min, sd 1.7 min) | 0.59 GB (0.49-0.68 GB, sd 0.10 GB) |"
+    ) in md
     assert "| b | 1/2 (failed: [0]) | 40.0% | 25.0% | not reached | not reached |" in md
 
 
 def test_read_run_parses_the_run_files(tmp_path):
-    (tmp_path / "eval_results.json").write_text(json.dumps({
-        "before_rl": {"solve_rate": 0.25, "solved": 16, "episodes": 64},
-        "after_rl": {"solve_rate": 0.5, "solved": 32, "episodes": 64}}))
-    records = [{"step": 0, "phase": "eval", "time": 1010.0, "eval/solve_rate": 0.25},
-               {"step": 1, "phase": "rl", "time": 1020.0, "train/loss": float("nan")},
-               {"step": 2, "phase": "rl", "time": 1030.0, "eval/solve_rate": 0.5}]
+    (tmp_path / "eval_results.json").write_text(
+        json.dumps(
+            {
+                "before_rl": {"solve_rate": 0.25, "solved": 16, "episodes": 64},
+                "after_rl": {"solve_rate": 0.5, "solved": 32, "episodes": 64},
+            }
+        )
+    )
+    records = [
+        {"step": 0, "phase": "eval", "time": 1010.0, "eval/solve_rate": 0.25},
+        {"step": 1, "phase": "rl", "time": 1020.0, "train/loss": float("nan")},
+        {"step": 2, "phase": "rl", "time": 1030.0, "eval/solve_rate": 0.5},
+    ]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     bench = {"algo": "grpo", "seed": 3, "rc": 0, "wall_s": 40.0, "peak_rss_mb": 512.0, "start": 1000.0}
     rec = algo_table.read_run(tmp_path, bench)
@@ -79,10 +97,21 @@ def test_read_run_parses_the_run_files(tmp_path):
 def test_smoke_table_two_algorithms(tmp_path):
     out = tmp_path / "table"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "algo_table.py"), "--smoke", "--preset", "cpu-tiny",
-           "--algos", "grpo", "ppo", "--seeds", "0", "--out", str(out)]
-    proc = subprocess.run(cmd,
-                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "algo_table.py"),
+        "--smoke",
+        "--preset",
+        "cpu-tiny",
+        "--algos",
+        "grpo",
+        "ppo",
+        "--seeds",
+        "0",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     md, data = (out / "table.md").read_text(), json.loads((out / "table.json").read_text())
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

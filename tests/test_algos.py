@@ -36,8 +36,15 @@ def make_episodes(policy, num_groups=3, group_size=4, turns=3, seed=0) -> list[E
             for t in range(turns):
                 obs = random_obs(rng)
                 a, lp, v = policy.act(np.stack([obs["x"]]), obs["action_mask"][None])
-                ep.turns.append(Turn(response_ids=[int(a[0])], logprobs=[float(lp[0])], observation=obs,
-                                     reward=float(rng.random() < 0.5) if t == turns - 1 else 0.0, value=float(v[0])))
+                ep.turns.append(
+                    Turn(
+                        response_ids=[int(a[0])],
+                        logprobs=[float(lp[0])],
+                        observation=obs,
+                        reward=float(rng.random() < 0.5) if t == turns - 1 else 0.0,
+                        value=float(v[0]),
+                    )
+                )
             ep.success = ep.turns[-1].reward > 0
             episodes.append(ep)
     return episodes
@@ -251,8 +258,15 @@ def test_episode_mean_weights_episodes_not_turns(episode_mean, expected):
 
     def episode(turns, reward):
         ep = Episode(group_id=0)
-        ep.turns = [Turn(response_ids=[int(a[0])], logprobs=[float(lp[0])], observation=obs,
-                         reward=reward if t == turns - 1 else 0.0) for t in range(turns)]
+        ep.turns = [
+            Turn(
+                response_ids=[int(a[0])],
+                logprobs=[float(lp[0])],
+                observation=obs,
+                reward=reward if t == turns - 1 else 0.0,
+            )
+            for t in range(turns)
+        ]
         ep.success = reward > 0
         return ep
 
@@ -308,8 +322,9 @@ def test_skip_zero_advantage_trains_only_contributing_turns_with_the_same_first_
         episodes = make_episodes(policy, num_groups=2, group_size=4, turns=1, seed=5)
         for i, e in enumerate(episodes):
             e.turns[-1].reward = float(i % 4 == 0)
-        metrics = algos.make("grpo", policy, lr=1e-2, negative_weight=0.0, max_grad_norm=0.0,
-                             skip_zero_advantage=skip).update(episodes)
+        metrics = algos.make(
+            "grpo", policy, lr=1e-2, negative_weight=0.0, max_grad_norm=0.0, skip_zero_advantage=skip
+        ).update(episodes)
         assert metrics["num_turns"] == (2 if skip else 8)
         deltas[skip] = torch.cat([p.detach().flatten() for p in policy.trainable_parameters()]) - before
     # Equal up to Adam's epsilon, which matters only for near-zero gradients.

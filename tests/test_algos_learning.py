@@ -46,8 +46,15 @@ def train_until_solved(name: str, max_updates: int, mazes_per_update: int, group
     start, rate = time.perf_counter(), 0.0
     for update in range(1, max_updates + 1):
         mazes = sample_mazes(mazes_per_update, SIZE, seed=1000 + update, exclude=exclude)
-        episodes = play_mazes(policy, mazes, group_size=group_size, max_moves=MAX_MOVES, seed=update,
-                              weights_version=update, env_kwargs={"shaping": True})
+        episodes = play_mazes(
+            policy,
+            mazes,
+            group_size=group_size,
+            max_moves=MAX_MOVES,
+            seed=update,
+            weights_version=update,
+            env_kwargs={"shaping": True},
+        )
         metrics = algo.update(episodes)
         assert metrics["grad_norm"] == metrics["grad_norm"]  # not NaN
         if update % eval_every == 0:
@@ -63,13 +70,41 @@ def test_untrained_policy_does_not_solve_mazes():
 
 
 LEARNING_RUNS = {
-    "ppo": dict(max_updates=40, mazes_per_update=16, group_size=4, eval_every=2,
-                lr=3e-2, epochs=2, minibatch_size=1024, gamma=0.97, old_logprobs="rollout"),
-    "grpo": dict(max_updates=30, mazes_per_update=16, group_size=8, eval_every=2,
-                 lr=3e-2, epochs=2, minibatch_size=1024, old_logprobs="rollout",
-                 turn_credit=True, gamma=0.9, turn_baseline="turn_index"),
-    "gigpo": dict(max_updates=30, mazes_per_update=16, group_size=8, eval_every=3,
-                  lr=1e-2, epochs=2, minibatch_size=1024, old_logprobs="rollout", gamma=0.9),
+    "ppo": dict(
+        max_updates=40,
+        mazes_per_update=16,
+        group_size=4,
+        eval_every=2,
+        lr=3e-2,
+        epochs=2,
+        minibatch_size=1024,
+        gamma=0.97,
+        old_logprobs="rollout",
+    ),
+    "grpo": dict(
+        max_updates=30,
+        mazes_per_update=16,
+        group_size=8,
+        eval_every=2,
+        lr=3e-2,
+        epochs=2,
+        minibatch_size=1024,
+        old_logprobs="rollout",
+        turn_credit=True,
+        gamma=0.9,
+        turn_baseline="turn_index",
+    ),
+    "gigpo": dict(
+        max_updates=30,
+        mazes_per_update=16,
+        group_size=8,
+        eval_every=3,
+        lr=1e-2,
+        epochs=2,
+        minibatch_size=1024,
+        old_logprobs="rollout",
+        gamma=0.9,
+    ),
 }
 """Per algorithm: the update budget and the settings measured to pass (see the module docstring)."""
 

@@ -8,8 +8,14 @@ import torch
 from algos.advantages import grpo_advantages
 from mazegym.maze import MazeSpec
 from mazegym.solver import MOVES, bfs_distances, next_cell
-from runners.rollout import (RolloutConfig, collect_branches, collect_groups, continuation_values, greedy_moves_to_goal,
-                             rollout_metrics)
+from runners.rollout import (
+    RolloutConfig,
+    collect_branches,
+    collect_groups,
+    continuation_values,
+    greedy_moves_to_goal,
+    rollout_metrics,
+)
 from tests.test_rollout import ScriptedGenerator, _mazes, _oracle_reply
 
 RIGHT, UP, LEFT, DOWN = 0, 1, 2, 3
@@ -45,8 +51,15 @@ def test_greedy_walk_counts_moves_and_finds_loops_and_limits():
 def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances():
     mazes = _mazes(2, size=7)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
-                           branch_reward="value")
+    config = RolloutConfig(
+        branching=True,
+        state_prompt=True,
+        history="none",
+        max_moves=20,
+        max_new_tokens=32,
+        branch_gamma=0.5,
+        branch_reward="value",
+    )
     episodes = collect_branches(gen, mazes, config, weights_version=3, group_offset=5)
     assert gen.calls == [sum(int((~m.grid).sum()) - 1 for m in mazes)]  # one batched greedy call, every anchor
     assert len(episodes) == 4 * gen.calls[0]
@@ -65,7 +78,9 @@ def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances
             # The move, then the oracle's dist(after) moves: gamma ** (moves - 1) = gamma ** dist(after).
             assert turn.reward == pytest.approx(0.5 ** dist[after]) and e.success
             assert turn.logprobs == [] and turn.prompt_ids and e.weights_version == 3
-            assert gen.tokenizer.decode(turn.response_ids).startswith(f"<action>{['right', 'up', 'left', 'down'][turn.action]}</action>")
+            assert gen.tokenizer.decode(turn.response_ids).startswith(
+                f"<action>{['right', 'up', 'left', 'down'][turn.action]}</action>"
+            )
     # The best branch of every group is a shortest-path move.
     for group in groups.values():
         best = max(group, key=lambda e: e.turns[0].reward)
@@ -106,7 +121,9 @@ def test_branching_refuses_history_and_stop_actions():
 def test_malformed_greedy_replies_are_loops_not_crashes():
     maze = _mazes(1, size=7)[0]
     gen = ScriptedGenerator(lambda i, call, p: ("\udcff no move here", "stop"))
-    episodes = collect_branches(gen, [maze], RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20))
+    episodes = collect_branches(
+        gen, [maze], RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20)
+    )
     # Only the moves into the goal succeed: every other branch continues with a policy that never moves.
     assert {e.success for e in episodes} == {True, False}
     assert all(e.turns[0].reward in (0.0, 1.0) for e in episodes)
@@ -141,8 +158,17 @@ def test_sampled_continuations_average_into_the_branch_value():
 
     temperatures = []
     gen = RecordingGenerator(lambda i, call, p: ("no move", "stop") if call == 0 else oracle(i, call, p))
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32, branch_gamma=0.5,
-                           branch_reward="value", branch_worlds=1, temperature=0.7)
+    config = RolloutConfig(
+        branching=True,
+        state_prompt=True,
+        history="none",
+        max_moves=20,
+        max_new_tokens=32,
+        branch_gamma=0.5,
+        branch_reward="value",
+        branch_worlds=1,
+        temperature=0.7,
+    )
     episodes = collect_branches(gen, mazes, config)
     anchors = sum(int((~m.grid).sum()) - 1 for m in mazes)
     assert gen.calls == [anchors, anchors] and temperatures == [0.0, 0.7]
@@ -162,7 +188,9 @@ def _per_cell_moves():
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("per_cell_moves", Path(__file__).parent.parent / "benchmarks" / "per_cell_moves.py")
+    spec = importlib.util.spec_from_file_location(
+        "per_cell_moves", Path(__file__).parent.parent / "benchmarks" / "per_cell_moves.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -194,8 +222,14 @@ def test_per_cell_judge_counts_optimal_moves_paths_and_branch_labels():
     assert f["greedy_solved"] == 0 and f["labelled_cells"] == 1 and f["labels_optimal_frac"] == 1.0
     # With the recipe's move worths given: labelled where some move is worth something; a tie
     # with a wrong move counts as a wrong label.
-    worths = [{(1, 1): np.array([0.9, 0.0, 0.0, 0.0]), (1, 2): np.array([1.0, 0.0, 0.0, 0.0]),
-               (2, 2): np.zeros(4), (3, 2): np.array([0.5, 0.5, 0.0, 0.0])}]
+    worths = [
+        {
+            (1, 1): np.array([0.9, 0.0, 0.0, 0.0]),
+            (1, 2): np.array([1.0, 0.0, 0.0, 0.0]),
+            (2, 2): np.zeros(4),
+            (3, 2): np.array([0.5, 0.5, 0.0, 0.0]),
+        }
+    ]
     f = judge([maze], [looping], max_moves=10, worths=worths)
     assert f["labelled_cells"] == 3 and f["labels_optimal_frac"] == pytest.approx(2 / 3)
 
@@ -225,8 +259,9 @@ def test_state_prompts_make_a_plays_prompt_on_a_cell_the_branch_prompt_of_that_c
     mazes = _mazes(3, size=7, seed=4)
     moves = ["<action>right</action>", "<action>up</action>", "<action>left</action>", "<action>down</action>"]
     gen = ScriptedGenerator(lambda i, call, p: (moves[(len(p.prompt_ids) * 7 + i + call) % 4], "stop"))
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", obs_mode="text", max_moves=12,
-                           max_new_tokens=16)
+    config = RolloutConfig(
+        branching=True, state_prompt=True, history="none", obs_mode="text", max_moves=12, max_new_tokens=16
+    )
     anchors, prompts = cell_prompts(mazes, config, gen.encoder)
     asked = {(mazes[i].maze_id, cell): p.prompt_ids for (i, cell), p in zip(anchors, prompts)}
     episodes = evaluate_mazes(gen, mazes, config)
@@ -259,7 +294,9 @@ def test_expected_continuation_values_match_a_hand_computation():
 
 def _bfs_move(maze, cell):
     dist = bfs_distances(maze.grid, maze.goal)
-    return min(range(4), key=lambda a: dist[next_cell(maze.grid, cell, a)] if next_cell(maze.grid, cell, a) != cell else 10**6)
+    return min(
+        range(4), key=lambda a: dist[next_cell(maze.grid, cell, a)] if next_cell(maze.grid, cell, a) != cell else 10**6
+    )
 
 
 def _random_policy(maze, rng, concentration):
@@ -273,7 +310,9 @@ def test_sampled_worlds_never_label_a_wrong_move_and_more_worlds_label_more_cell
     for maze in _mazes(6, size=9, seed=2):
         probs = _random_policy(maze, rng, concentration=0.3)
         for samples in labelled:
-            values = continuation_values(maze, probs, limit=20, gamma=0.9, samples=samples, rng=np.random.default_rng(samples))
+            values = continuation_values(
+                maze, probs, limit=20, gamma=0.9, samples=samples, rng=np.random.default_rng(samples)
+            )
             for cell, v in values.items():
                 if v.max() > 0:
                     labelled[samples] += 1
@@ -293,14 +332,16 @@ def test_the_greedy_world_alone_is_the_greedy_walk():
     for cell, v in values.items():
         for k in range(4):
             rest = togo.get(next_cell(maze.grid, cell, k))
-            assert v[k] == (0.0 if rest is None or rest + 1 > 20 else 0.5 ** rest)
+            assert v[k] == (0.0 if rest is None or rest + 1 > 20 else 0.5**rest)
 
 
 def test_expected_values_label_the_shortest_path_move_whatever_the_policy():
     # Why "expected" is a diagnostic and not RL: the policy's probabilities do not change its labels.
     rng = np.random.default_rng(3)
     for maze in _mazes(3, size=9, seed=7):
-        values = continuation_values(maze, _random_policy(maze, rng, concentration=0.2), limit=40, gamma=0.9, samples=None)
+        values = continuation_values(
+            maze, _random_policy(maze, rng, concentration=0.2), limit=40, gamma=0.9, samples=None
+        )
         assert all(np.argmax(v) == _bfs_move(maze, cell) for cell, v in values.items())
 
 
@@ -319,11 +360,21 @@ def test_sampled_branches_score_the_replies_once_and_label_from_their_distributi
             return out
 
     oracle = _oracle_reply(ScriptedGenerator(None).tokenizer)
-    oracle_action = lambda p: ["right", "up", "left", "down"].index(oracle(0, 0, p)[0].split("<action>")[1].split("<")[0])  # noqa: E731
+    oracle_action = lambda p: ["right", "up", "left", "down"].index(
+        oracle(0, 0, p)[0].split("<action>")[1].split("<")[0]
+    )  # noqa: E731
     gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
     gen.scored = []
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32,
-                           branch_continuation="sampled", branch_samples=16, temperature=0.7)
+    config = RolloutConfig(
+        branching=True,
+        state_prompt=True,
+        history="none",
+        max_moves=20,
+        max_new_tokens=32,
+        branch_continuation="sampled",
+        branch_samples=16,
+        temperature=0.7,
+    )
     episodes = collect_branches(gen, mazes, config)
     anchors = sum(int((~m.grid).sum()) - 1 for m in mazes)
     assert gen.calls == [] and gen.scored == [(anchors, 4, 0.7)]  # no generation: one scoring call
@@ -349,16 +400,36 @@ def test_settled_cells_are_left_out_and_counted():
     class DistributionGenerator(ScriptedGenerator):
         def score_replies(self, prompts, replies, temperature=1.0):
             # 0.9 on the shortest-path move on the first maze's cells, 0.5 on the second's.
-            return [[float(np.log((0.9 if self.first(p) else 0.5) if k == names.index(oracle(0, 0, p)[0].split("<action>")[1].split("<")[0])
-                                  else 0.02)) for k in range(4)] for p in prompts]
+            return [
+                [
+                    float(
+                        np.log(
+                            (0.9 if self.first(p) else 0.5)
+                            if k == names.index(oracle(0, 0, p)[0].split("<action>")[1].split("<")[0])
+                            else 0.02
+                        )
+                    )
+                    for k in range(4)
+                ]
+                for p in prompts
+            ]
 
     anchors = [int((~m.grid).sum()) - 1 for m in mazes]
     gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
     first_prompts = set()
     gen.first = lambda p: tuple(p.prompt_ids) in first_prompts
     from runners.rollout import cell_prompts
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32,
-                           branch_continuation="sampled", branch_samples=4, branch_settled=0.8)
+
+    config = RolloutConfig(
+        branching=True,
+        state_prompt=True,
+        history="none",
+        max_moves=20,
+        max_new_tokens=32,
+        branch_continuation="sampled",
+        branch_samples=4,
+        branch_settled=0.8,
+    )
     first_prompts.update(tuple(p.prompt_ids) for p in cell_prompts(mazes[:1], config, gen.encoder)[1])
     episodes = collect_branches(gen, mazes, config)
     assert {e.maze_id for e in episodes} == {mazes[1].maze_id} and len(episodes) == 4 * anchors[1]
@@ -380,9 +451,18 @@ def test_sampled_worlds_do_not_depend_on_how_a_step_is_sliced():
             return [table.setdefault(tuple(p.prompt_ids), list(np.log(rng.dirichlet(np.ones(5))[:4]))) for p in prompts]
 
     gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, branch_continuation="sampled",
-                           branch_samples=8, branch_reward="value")
+    config = RolloutConfig(
+        branching=True,
+        state_prompt=True,
+        history="none",
+        max_moves=20,
+        branch_continuation="sampled",
+        branch_samples=8,
+        branch_reward="value",
+    )
     whole = collect_branches(gen, mazes, config, seed=5, group_offset=30)
     # A worker holding the last two mazes gets a different env seed and group offset, like play_step_mazes gives it.
-    sliced = collect_branches(gen, mazes[:1], config, seed=5, group_offset=30) + collect_branches(gen, mazes[1:], config, seed=7, group_offset=31)
+    sliced = collect_branches(gen, mazes[:1], config, seed=5, group_offset=30) + collect_branches(
+        gen, mazes[1:], config, seed=7, group_offset=31
+    )
     assert [(e.group_id, e.turns[0].reward) for e in whole] == [(e.group_id, e.turns[0].reward) for e in sliced]

@@ -21,7 +21,9 @@ def _run_main(argv, capsys):
 def test_entry_point_help_teaches_the_tool():
     exe = Path(sys.executable).with_name("mazegym")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "runners.cli"]
-    out = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = subprocess.run(
+        cmd + ["--help"], capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert out.returncode == 0, out.stderr
     for word in SUBCOMMANDS + ["mazegym train", "--dry-run", "loop.mazes_per_step=32", "KEY=VALUE"]:
         assert word in out.stdout
@@ -49,7 +51,9 @@ def test_train_help_shows_values_of_the_chosen_preset(capsys):
 
 
 def test_dry_run_of_the_8b_preset_prints_the_plan_without_gpu(capsys, tmp_path):
-    code, out, err = _run_main(["train", "--preset", "qwen3-vl-8b-lora32", "--dry-run", f"run_dir={tmp_path / 'r'}"], capsys)
+    code, out, err = _run_main(
+        ["train", "--preset", "qwen3-vl-8b-lora32", "--dry-run", f"run_dir={tmp_path / 'r'}"], capsys
+    )
     assert code == 0, err
     assert "Plan for preset 'qwen3-vl-8b-lora32'" in out
     assert "LoRA rank 32" in out and "6 GPU(s)" in out and "grpo" in out and "backend vllm" in out
@@ -63,14 +67,20 @@ def test_dry_run_still_rejects_bad_configs(capsys):
     assert code == 2 and "lora.rank must be >= 1" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "rollout.groupsize=8"], "unknown config key 'rollout.groupsize'"),
-    (["train", "rollout.group_size=many"], "expected an integer"),
-    (["train", "model.path=/definitely/not/here"], "model.path='/definitely/not/here' is not a local model directory"),
-    (["train", "--preset", "nope"], "unknown preset 'nope'"),
-    (["sft", "sft.mode=both"], "sft.mode='both' is not allowed"),
-    (["eval", "maze.eval_set=nope"], "maze eval set 'nope' does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "rollout.groupsize=8"], "unknown config key 'rollout.groupsize'"),
+        (["train", "rollout.group_size=many"], "expected an integer"),
+        (
+            ["train", "model.path=/definitely/not/here"],
+            "model.path='/definitely/not/here' is not a local model directory",
+        ),
+        (["train", "--preset", "nope"], "unknown preset 'nope'"),
+        (["sft", "sft.mode=both"], "sft.mode='both' is not allowed"),
+        (["eval", "maze.eval_set=nope"], "maze eval set 'nope' does not exist"),
+    ],
+)
 def test_config_errors_exit_2_with_a_fix(argv, message, capsys, tmp_path):
     code, out, err = _run_main(argv + [f"run_dir={tmp_path / 'r'}"], capsys)
     assert code == 2

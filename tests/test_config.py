@@ -23,8 +23,17 @@ def test_every_field_of_every_section_has_help():
 
 def test_dotted_overrides_are_typed():
     cfg = get_preset("cpu-tiny")
-    C.apply_overrides(cfg, ["rollout.group_size=4", "algo.lr=3e-4", "loop.steps=7", "logging.wandb=true",
-                            "maze.heldout_sets=VisMaze-v0,heldout-13x13", "rollout.env_kwargs={\"shaping\": true}"])
+    C.apply_overrides(
+        cfg,
+        [
+            "rollout.group_size=4",
+            "algo.lr=3e-4",
+            "loop.steps=7",
+            "logging.wandb=true",
+            "maze.heldout_sets=VisMaze-v0,heldout-13x13",
+            'rollout.env_kwargs={"shaping": true}',
+        ],
+    )
     assert cfg.rollout.group_size == 4 and isinstance(cfg.rollout.group_size, int)
     assert cfg.algo.params["lr"] == pytest.approx(3e-4)
     assert cfg.loop.steps == 7 and cfg.logging.wandb is True
@@ -43,30 +52,36 @@ def test_unknown_key_fails_with_suggestion():
         C.apply_overrides(cfg, ["algo.lrr=1"])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("rollout.group_size=eight", "rollout.group_size: expected an integer"),
-    ("loop.steps=1.5", "loop.steps: expected an integer"),
-    ("logging.wandb=maybe", "expected true/false"),
-    ("algo.lr=fast", "algo.lr: expected a number"),
-    ("rollout.group_size", "must look like key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("rollout.group_size=eight", "rollout.group_size: expected an integer"),
+        ("loop.steps=1.5", "loop.steps: expected an integer"),
+        ("logging.wandb=maybe", "expected true/false"),
+        ("algo.lr=fast", "algo.lr: expected a number"),
+        ("rollout.group_size", "must look like key=value"),
+    ],
+)
 def test_bad_values_fail_fast(override, message):
     with pytest.raises(C.ConfigError, match=message):
         C.apply_overrides(get_preset("cpu-tiny"), [override])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("sft.mode=half", "sft.mode='half' is not allowed; choose one of full, lora"),
-    ("algo.name=nope", "not a registered algorithm"),
-    ("rollout.history=some", "rollout: history must be one of"),
-    ("maze.eval_set=VisMaze-v0", "has 9x9 mazes but maze.size=7"),
-    ("rollout.group_size=0", "rollout.group_size must be >= 1"),
-    ("rollout.obs_mode=image", "tiny text model cannot see them"),
-    ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
-    ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),
-    ("algo.lr=-1", "lr must be positive"),
-    ("algo.name=ppo algo.vf_coef=x", "algo.vf_coef"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("sft.mode=half", "sft.mode='half' is not allowed; choose one of full, lora"),
+        ("algo.name=nope", "not a registered algorithm"),
+        ("rollout.history=some", "rollout: history must be one of"),
+        ("maze.eval_set=VisMaze-v0", "has 9x9 mazes but maze.size=7"),
+        ("rollout.group_size=0", "rollout.group_size must be >= 1"),
+        ("rollout.obs_mode=image", "tiny text model cannot see them"),
+        ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
+        ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),
+        ("algo.lr=-1", "lr must be positive"),
+        ("algo.name=ppo algo.vf_coef=x", "algo.vf_coef"),
+    ],
+)
 def test_validation_errors_say_what_to_fix(override, message):
     with pytest.raises(C.ConfigError, match=message):
         C.validate(C.apply_overrides(get_preset("cpu-tiny"), override.split()))
@@ -103,7 +118,9 @@ def test_missing_model_path_fails_with_instructions(tmp_path):
 
 def test_json_and_yaml_files(tmp_path):
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"rollout": {"group_size": 4}, "algo": {"name": "rloo", "lr": 1e-4}, "loop": {"steps": 3}}))
+    path.write_text(
+        json.dumps({"rollout": {"group_size": 4}, "algo": {"name": "rloo", "lr": 1e-4}, "loop": {"steps": 3}})
+    )
     cfg = C.load_config_file(get_preset("cpu-tiny"), path)
     assert (cfg.rollout.group_size, cfg.algo.name, cfg.algo.params["lr"], cfg.loop.steps) == (4, "rloo", 1e-4, 3)
     bad = tmp_path / "bad.json"
@@ -143,8 +160,12 @@ def test_vllm_serves_modules_trained_in_full_only_for_maze_vlm_encoders():
     base = get_preset("cpu-maze-vlm")
     C.validate(C.apply_overrides(base, ["loop.backend=vllm"]), need_model=False)  # vision_tower beside the engine
     with pytest.raises(C.ConfigError, match="modules_to_save"):
-        C.validate(C.apply_overrides(base, ["loop.backend=vllm", "lora.modules_to_save=vision_tower,multi_modal_projector"]),
-                 need_model=False)
+        C.validate(
+            C.apply_overrides(base, ["loop.backend=vllm", "lora.modules_to_save=vision_tower,multi_modal_projector"]),
+            need_model=False,
+        )
     with pytest.raises(C.ConfigError, match="modules_to_save"):
-        C.validate(C.apply_overrides(get_preset("cpu-tiny-vlm"), ["loop.backend=vllm", "lora.modules_to_save=visual"]),
-                 need_model=False)
+        C.validate(
+            C.apply_overrides(get_preset("cpu-tiny-vlm"), ["loop.backend=vllm", "lora.modules_to_save=visual"]),
+            need_model=False,
+        )

@@ -56,7 +56,7 @@ def test_manifests_have_kuberay_kinds_and_versions():
 
     for spec in cluster_specs():
         assert spec["rayVersion"] == ray.__version__, "rayVersion must match the ray pinned in the image"
-    assert f'ray[default]=={spec["rayVersion"]}' in (DEPLOY / "Dockerfile").read_text()
+    assert f"ray[default]=={spec['rayVersion']}" in (DEPLOY / "Dockerfile").read_text()
 
 
 def test_pvc_is_read_write_many():

@@ -18,13 +18,30 @@ from mazegym.solver import MOVES, shortest_path_actions
 
 ENV_IDS = sorted(env_id for env_id, spec in gym.registry.items() if str(spec.entry_point).startswith("mazegym."))
 INFO_KEYS = {
-    "agent", "goal", "moves", "max_moves", "optimal_moves", "shortest_remaining", "invalid_move",
-    "invalid_action", "action_mask", "maze_id", "is_success", "feedback",
+    "agent",
+    "goal",
+    "moves",
+    "max_moves",
+    "optimal_moves",
+    "shortest_remaining",
+    "invalid_move",
+    "invalid_action",
+    "action_mask",
+    "maze_id",
+    "is_success",
+    "feedback",
 }
 
 
 def test_registry_has_the_presets():
-    assert {"VisMaze-v0", "VisMaze-Hard-v0", "VisMaze-7x7-v0", "VisMaze-13x13-v0", "VisMaze-15x15-v0", "VisMaze-21x21-v0"} <= set(ENV_IDS)
+    assert {
+        "VisMaze-v0",
+        "VisMaze-Hard-v0",
+        "VisMaze-7x7-v0",
+        "VisMaze-13x13-v0",
+        "VisMaze-15x15-v0",
+        "VisMaze-21x21-v0",
+    } <= set(ENV_IDS)
     env = gym.make("VisMaze-v0").unwrapped
     assert (env.size, env.max_moves) == (9, 20)
     hard = gym.make("VisMaze-Hard-v0").unwrapped
@@ -34,7 +51,9 @@ def test_registry_has_the_presets():
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-@pytest.mark.parametrize("kwargs", [{}, {"obs_mode": "text", "require_stop": True}, {"obs_mode": "image", "shaping": True}])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"obs_mode": "text", "require_stop": True}, {"obs_mode": "image", "shaping": True}]
+)
 def test_check_env_without_warnings(env_id, kwargs, capsys):
     env = gym.make(env_id, **kwargs)
     with warnings.catch_warnings(record=True) as caught:
@@ -213,7 +232,7 @@ def test_potential_shaping_matches_hand_computation():
     _, reward, *_ = env.step(_wall_action(info))
     assert reward == pytest.approx(0.0)
     path = shortest_path_actions(env.unwrapped.spec_maze.grid, info["agent"], info["goal"])
-    _, reward, *_ , info = env.step(path[0])
+    _, reward, *_, info = env.step(path[0])
     assert reward == pytest.approx(1.0 / d0)  # one step closer: (-(d0-1) + d0) / d0
     total = reward
     for a in path[1:]:
@@ -275,8 +294,13 @@ def test_obs_mode_selects_keys(mode, keys):
 
 
 def test_bad_configuration_fails_fast():
-    for kwargs, match in [({"size": 8}, "odd"), ({"obs_mode": "pixels"}, "obs_mode"), ({"generator": "nope"}, "generator"),
-                          ({"start_goal": "middle"}, "start_goal"), ({"max_moves": 0}, "max_moves")]:
+    for kwargs, match in [
+        ({"size": 8}, "odd"),
+        ({"obs_mode": "pixels"}, "obs_mode"),
+        ({"generator": "nope"}, "generator"),
+        ({"start_goal": "middle"}, "start_goal"),
+        ({"max_moves": 0}, "max_moves"),
+    ]:
         with pytest.raises(ValueError, match=match):
             VisMazeEnv(**kwargs)
     with pytest.raises(RuntimeError, match="reset"):
@@ -291,5 +315,8 @@ def test_random_start_goal_places_distinct_cells():
 
 
 def test_mazegym_does_not_import_torch():
-    code = "import mazegym, mazegym.llm, mazegym.wrappers, mazegym.evalsets, mazegym.multiagent, mazegym.recording, sys; assert 'torch' not in sys.modules, 'torch imported'"
+    code = (
+        "import mazegym, mazegym.llm, mazegym.wrappers, mazegym.evalsets, mazegym.multiagent, mazegym.recording, sys; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -78,7 +78,10 @@ def test_stream_resumes_exactly_from_state_dict():
 
 
 def test_stream_filter_on_optimal_moves():
-    lengths = [optimal_moves(m.grid, m.start, m.goal) for _, m in zip(range(100), MazeStream(size=11, seed=0, max_optimal_moves=20))]
+    lengths = [
+        optimal_moves(m.grid, m.start, m.goal)
+        for _, m in zip(range(100), MazeStream(size=11, seed=0, max_optimal_moves=20))
+    ]
     assert max(lengths) <= 20 and min(lengths) == 16  # 16 = Manhattan distance between opposite corners
     impossible = MazeStream(size=11, seed=0, max_optimal_moves=12)
     impossible.MAX_CONSECUTIVE_SKIPS = 50

@@ -16,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_example(name: str, *args: str, cwd: Path) -> str:
     """Run ``examples/<name>`` in a fresh interpreter; return its stdout, fail with its output on error."""
     env = dict(os.environ, OMP_NUM_THREADS="1")  # PYTHONPATH is inherited, so a worktree tests its own code
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -98,8 +104,9 @@ def test_credit_assignment_example_shows_gigpo_separating_good_from_bad_moves(tm
 
 
 def test_train_from_python_runs_sft_rl_and_plots(tmp_path):
-    out = run_example("10_train_from_python.py", "--smoke", "--run-dir", str(tmp_path / "run"),
-                      "--out", str(tmp_path), cwd=tmp_path)
+    out = run_example(
+        "10_train_from_python.py", "--smoke", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path), cwd=tmp_path
+    )
     assert "SFT (before RL)" in out and "after RL" in out
     assert re.search(r"solved at each evaluation: \[\d+(, \d+){2}\] \(steps \[0, 1, 2\]\)", out)
     assert (tmp_path / "run" / "eval_results.json").is_file()

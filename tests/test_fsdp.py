@@ -18,8 +18,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 LORA = dict(rank=4, alpha=8)
-ALGO = dict(lr=1e-3, micro_batch_size=2, minibatch_size=4, epochs=2, old_logprobs="recompute", kl_coef=0.05,
-            max_grad_norm=0.5, filter_zero_variance=True, seed=3)
+ALGO = dict(
+    lr=1e-3,
+    micro_batch_size=2,
+    minibatch_size=4,
+    epochs=2,
+    old_logprobs="recompute",
+    kl_coef=0.05,
+    max_grad_norm=0.5,
+    filter_zero_variance=True,
+    seed=3,
+)
 """Micro-batches, several optimizer steps, epochs, scoring and reference forwards: every unit kind pads."""
 
 
@@ -36,7 +45,9 @@ def _episodes(seed: int, groups: int, sizes: tuple[int, ...], flat: bool = False
                 prompt = torch.randint(10, 200, (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist()
                 reply = torch.randint(10, 200, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
                 reward = 0.0 if flat else float(k) / len(sizes) + float(torch.rand(1, generator=g)) * 0.1
-                turns.append(Turn(prompt_ids=prompt, response_ids=reply, logprobs=[-1.0] * len(reply), reward=reward / n_turns))
+                turns.append(
+                    Turn(prompt_ids=prompt, response_ids=reply, logprobs=[-1.0] * len(reply), reward=reward / n_turns)
+                )
             out.append(Episode(turns=turns, group_id=group))
     return out
 
@@ -49,8 +60,9 @@ RANK_DATA = {
 }
 
 
-PPO_ALGO = dict(lr=1e-3, vf_lr=1e-2, vf_clip=0.2, micro_batch_size=2, minibatch_size=4, epochs=2,
-                old_logprobs="recompute", seed=3)
+PPO_ALGO = dict(
+    lr=1e-3, vf_lr=1e-2, vf_clip=0.2, micro_batch_size=2, minibatch_size=4, epochs=2, old_logprobs="recompute", seed=3
+)
 
 
 def _policy(model_dir: str, value_head: bool = False):
@@ -58,8 +70,9 @@ def _policy(model_dir: str, value_head: bool = False):
     from lora_helpers import perturb_lora
 
     torch.manual_seed(0)
-    policy = LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(**LORA), dtype=torch.float32, micro_batch_size=256,
-                                          value_head=value_head)
+    policy = LoRALMPolicy.from_pretrained(
+        model_dir, LoRAConfig(**LORA), dtype=torch.float32, micro_batch_size=256, value_head=value_head
+    )
     perturb_lora(policy, seed=1, scale=0.05)  # LoRA B starts at 0: make both factors get gradients
     return policy
 
@@ -94,8 +107,21 @@ def _vlm_episodes(policy) -> list:
     images = [(rng.random((56, 56, 3)) * 255).astype(np.uint8) for _ in range(3)]
     k = policy.image_token_count(images[0])
     prompt = [1, 2, 150] + [151] * k + [153, 5]
-    return [Episode(turns=[Turn(prompt_ids=prompt, response_ids=[7, 8 + i], logprobs=[-1.0, -1.0], images=[images[i]],
-                                reward=float(i))], group_id=0) for i in range(3)]
+    return [
+        Episode(
+            turns=[
+                Turn(
+                    prompt_ids=prompt,
+                    response_ids=[7, 8 + i],
+                    logprobs=[-1.0, -1.0],
+                    images=[images[i]],
+                    reward=float(i),
+                )
+            ],
+            group_id=0,
+        )
+        for i in range(3)
+    ]
 
 
 def _rank_main(rank: int, port: int, model_dir: str, out_dir: str, queue) -> None:
@@ -114,9 +140,13 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str, queue) -> Non
             lockstep = fsdp.Lockstep(policy, algorithm)
             with lockstep.update():
                 metrics = algorithm.update(_episodes(**data[rank]))
-            result[name] = {"adapter": fsdp.gather_adapter(policy, rank0_only=False), "metrics": metrics,
-                            "padding": dict(lockstep.padding), "num_updates": algorithm.num_updates,
-                            "lr": algorithm.optimizer.param_groups[0]["lr"]}
+            result[name] = {
+                "adapter": fsdp.gather_adapter(policy, rank0_only=False),
+                "metrics": metrics,
+                "padding": dict(lockstep.padding),
+                "num_updates": algorithm.num_updates,
+                "lr": algorithm.optimizer.param_groups[0]["lr"],
+            }
         # A VLM: rank 0 trains on image turns, rank 1 has nothing and pads with text-only passes.
         vlm = fsdp.shard_policy(_vlm_policy())
         vlm_algo = _algorithm(vlm)
@@ -208,8 +238,10 @@ def _reference(model_dir: str, name: str) -> list[dict]:
             plain_clip()
             algorithm.optimizer.step()
         policy = algorithm.policy
-        out[rank] = {"adapter": {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad},
-                     "metrics": metrics}
+        out[rank] = {
+            "adapter": {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad},
+            "metrics": metrics,
+        }
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
     for t in threads:

@@ -125,7 +125,9 @@ def test_sampling_logprobs_match_fresh_trainer_forward(text_gen, text_policy, te
     if temperature != 1.0:  # and the T=1 scores would NOT match: the temperature matters
         with torch.no_grad():
             plain = text_policy.evaluate(turns)
-        assert not np.allclose(plain.logprobs[0, : len(results[0].logprobs)].numpy(), results[0].logprobs, atol=TOL_FP32)
+        assert not np.allclose(
+            plain.logprobs[0, : len(results[0].logprobs)].numpy(), results[0].logprobs, atol=TOL_FP32
+        )
 
 
 def test_sampling_uses_the_full_distribution_not_a_hidden_top_k(text_gen):
@@ -163,7 +165,9 @@ def test_vlm_generation_with_images_matches_forward(vlm_gen):
         assert np.allclose(vlm_gen.score(p.prompt_ids, r.response_ids, p.images), r.logprobs, atol=TOL_FP32)
     # The image matters: a blank frame changes the log-probs.
     blank = [np.zeros_like(im) for im in prompts[0].images]
-    assert not np.allclose(vlm_gen.score(prompts[0].prompt_ids, results[0].response_ids, blank), results[0].logprobs, atol=1e-6)
+    assert not np.allclose(
+        vlm_gen.score(prompts[0].prompt_ids, results[0].response_ids, blank), results[0].logprobs, atol=1e-6
+    )
 
 
 def test_bad_sampling_config_fails_fast(text_gen):
@@ -180,7 +184,10 @@ def test_score_replies_equals_each_reply_scored_alone(which, text_gen, vlm_gen):
     encoder = gen.encoder
     prompts = [Prompt(*encoder.encode(m)) for m in _conversation(obs_mode, 2)]  # two lengths: padding is exercised
     assert len({len(p.prompt_ids) for p in prompts}) == 2
-    replies = [gen.tokenizer.encode(t, add_special_tokens=False) for t in ("<action>up</action><|im_end|>", "<action>left</action>", "x")]
+    replies = [
+        gen.tokenizer.encode(t, add_special_tokens=False)
+        for t in ("<action>up</action><|im_end|>", "<action>left</action>", "x")
+    ]
     batched = gen.score_replies(prompts, replies, temperature=1.0, max_prompts=1)
     assert np.allclose(batched, gen.score_replies(prompts, replies), atol=TOL_FP32)  # chunking changes nothing
     for p, row in zip(prompts, batched):

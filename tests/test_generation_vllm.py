@@ -45,8 +45,6 @@ def policy(model_path):
     return LoRALMPolicy.from_pretrained(model_path, lora=LoRAConfig(rank=8, alpha=16), dtype=torch.float32)
 
 
-
-
 def _mazes(n):
     return [sample_maze(np.random.default_rng(i), 7) for i in range(n)]
 
@@ -63,7 +61,9 @@ def test_vllm_multi_turn_episodes_match_trainer_logprobs(gen, policy):
         assert t.text == gen.tokenizer.decode(t.response_ids, skip_special_tokens=True)
     with torch.no_grad():
         out = policy.evaluate(turns)  # adapter is still zero: base model
-    gaps = [np.abs(out.logprobs[i, : len(t.logprobs)].numpy() - np.array(t.logprobs)).max() for i, t in enumerate(turns)]
+    gaps = [
+        np.abs(out.logprobs[i, : len(t.logprobs)].numpy() - np.array(t.logprobs)).max() for i, t in enumerate(turns)
+    ]
     assert max(gaps) < TOL_VLLM, max(gaps)
 
 

@@ -28,17 +28,24 @@ TOL = 1e-3
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return build_maze_vlm(tmp_path_factory.mktemp("m") / "maze_vlm", hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
-                          vision={"width": 8, "iterations": 4})
+    return build_maze_vlm(
+        tmp_path_factory.mktemp("m") / "maze_vlm",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vision={"width": 8, "iterations": 4},
+    )
 
 
 @pytest.fixture(scope="module")
 def engines(model_dir):
     from runners.generation.vllm import VLLMGenerator
 
-    vllm_gen = VLLMGenerator(model_dir, dtype="float32", max_lora_rank=4, kv_cache_gib=1, max_model_len=1024,
-                             gpu_memory_utilization=0.3)
+    vllm_gen = VLLMGenerator(
+        model_dir, dtype="float32", max_lora_rank=4, kv_cache_gib=1, max_model_len=1024, gpu_memory_utilization=0.3
+    )
     yield HFGenerator(model_dir), vllm_gen
     vllm_gen.close()
 
@@ -48,8 +55,9 @@ def adapter(model_dir, tmp_path_factory):
     """An adapter whose LoRA and whose encoder (trained in full inside it) both moved away from the base model."""
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
 
-    policy = LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(rank=4, alpha=8, modules_to_save=["vision_tower"]),
-                                          dtype=torch.float32)
+    policy = LoRALMPolicy.from_pretrained(
+        model_dir, LoRAConfig(rank=4, alpha=8, modules_to_save=["vision_tower"]), dtype=torch.float32
+    )
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in policy.model.named_parameters():
@@ -76,8 +84,9 @@ def _compare(hf, vl, prompts):
         np.testing.assert_allclose(x.logprobs, y.logprobs, atol=TOL)
     reply = a[0].response_ids
     for p in prompts[:3]:
-        np.testing.assert_allclose(hf.score(p.prompt_ids, reply, p.images), vl.score(p.prompt_ids, reply, p.images),
-                                   atol=TOL)
+        np.testing.assert_allclose(
+            hf.score(p.prompt_ids, reply, p.images), vl.score(p.prompt_ids, reply, p.images), atol=TOL
+        )
     return a
 
 
@@ -143,5 +152,6 @@ def test_move_probabilities_for_branching_match_hf(engines):
     prompts = _prompts(hf, n_mazes=1)
     eos = hf.tokenizer.eos_token_id
     replies = [hf.encoder.tokenize_text(format_action(k)) + [eos] for k in range(4)]
-    np.testing.assert_allclose(np.asarray(vl.score_replies(prompts, replies)),
-                               np.asarray(hf.score_replies(prompts, replies, 1.0)), atol=TOL)
+    np.testing.assert_allclose(
+        np.asarray(vl.score_replies(prompts, replies)), np.asarray(hf.score_replies(prompts, replies, 1.0)), atol=TOL
+    )

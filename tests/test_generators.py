@@ -71,15 +71,25 @@ def test_extra_openings_add_loops(generator):
 
 def test_same_rng_seed_same_grid_pinned():
     """Grids are a pure function of the generator's seed (pinned across platforms/versions)."""
-    pinned = {"wilson": "8f9a7768f57b0a99", "dfs": "2f2803832ccf9921", "kruskal": "6c38c14bfe80af65", "prim": "f269fe538493d14d"}
-    got = {g: hashlib.sha256(np.packbits(generate_maze(15, np.random.default_rng(2024), g)).tobytes()).hexdigest()[:16] for g in GENERATORS}
+    pinned = {
+        "wilson": "8f9a7768f57b0a99",
+        "dfs": "2f2803832ccf9921",
+        "kruskal": "6c38c14bfe80af65",
+        "prim": "f269fe538493d14d",
+    }
+    got = {
+        g: hashlib.sha256(np.packbits(generate_maze(15, np.random.default_rng(2024), g)).tobytes()).hexdigest()[:16]
+        for g in GENERATORS
+    }
     assert got == pinned
 
 
 def test_generators_are_not_degenerate():
     """Different seeds give different mazes; Wilson spans many distinct trees even at 9x9."""
     for generator in GENERATORS:
-        ids = {MazeSpec(generate_maze(9, np.random.default_rng(s), generator), (1, 1), (7, 7)).maze_id for s in range(200)}
+        ids = {
+            MazeSpec(generate_maze(9, np.random.default_rng(s), generator), (1, 1), (7, 7)).maze_id for s in range(200)
+        }
         assert len(ids) > 180, generator
 
 
@@ -106,7 +116,9 @@ def test_bfs_is_optimal_against_brute_force(extra):
     rng = np.random.default_rng(7)
     for _ in range(15):
         spec = sample_maze(rng, 9, "kruskal", extra, "random")
-        assert optimal_moves(spec.grid, spec.start, spec.goal) == _brute_force_shortest(spec.grid, spec.start, spec.goal)
+        assert optimal_moves(spec.grid, spec.start, spec.goal) == _brute_force_shortest(
+            spec.grid, spec.start, spec.goal
+        )
         path = shortest_path_actions(spec.grid, spec.start, spec.goal)
         assert len(path) == optimal_moves(spec.grid, spec.start, spec.goal)
         assert _walk(spec.grid, spec.start, path) == spec.goal
@@ -174,11 +186,7 @@ def test_progress_labels_by_hand():
     from mazegym.solver import progress_labels
 
     # 5x5 grid, an L-shaped corridor: (1,1) -> (1,3) -> (3,3); goal at (3,3).
-    grid = np.array([[1, 1, 1, 1, 1],
-                     [1, 0, 0, 0, 1],
-                     [1, 1, 1, 0, 1],
-                     [1, 1, 1, 0, 1],
-                     [1, 1, 1, 1, 1]], dtype=bool)
+    grid = np.array([[1, 1, 1, 1, 1], [1, 0, 0, 0, 1], [1, 1, 1, 0, 1], [1, 1, 1, 0, 1], [1, 1, 1, 1, 1]], dtype=bool)
     maze = MazeSpec(grid, (1, 1), (3, 3))
     # right from the start (closer), down from the start (wall), left from (1,2) (detour),
     # down from the corner (closer), an unparseable reply, stop.

@@ -30,8 +30,10 @@ def imported_packages(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_go_one_way(package):
-    offenders = {str(p.relative_to(ROOT)): sorted(imported_packages(p) & FORBIDDEN[package])
-                 for p in sorted((ROOT / package).rglob("*.py"))}
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(imported_packages(p) & FORBIDDEN[package])
+        for p in sorted((ROOT / package).rglob("*.py"))
+    }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
@@ -85,8 +87,9 @@ def _replaces_a_method(node: ast.AST) -> bool:
         return any(isinstance(t, ast.Attribute) and t.attr in REPLACEABLE for t in targets)
     if isinstance(node, ast.Call):
         return isinstance(node.func, ast.Name) and node.func.id == "setattr"
-    return (isinstance(node, ast.Attribute) and node.attr == "MethodType") or \
-        (isinstance(node, ast.Name) and node.id == "MethodType")
+    return (isinstance(node, ast.Attribute) and node.attr == "MethodType") or (
+        isinstance(node, ast.Name) and node.id == "MethodType"
+    )
 
 
 def method_replacements(path: Path) -> list[str]:
@@ -105,6 +108,8 @@ def test_no_method_is_replaced_at_run_time(package):
 
 def test_the_method_replacement_scan_finds_each_form(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("import types\np.load_adapter = types.MethodType(f, p)\na.clip_gradients = g\n"
-                      "setattr(p, 'evaluate', h)\nx.lr = 1\n")
+    source.write_text(
+        "import types\np.load_adapter = types.MethodType(f, p)\na.clip_gradients = g\n"
+        "setattr(p, 'evaluate', h)\nx.lr = 1\n"
+    )
     assert [h.split(":")[0] for h in method_replacements(source)] == ["2", "2", "3", "4"]

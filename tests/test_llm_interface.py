@@ -60,7 +60,9 @@ def test_stop_only_with_require_stop():
     assert parse_action("<action>up</action> <action>stop</action>").action == 1  # last *valid* action
 
 
-@pytest.mark.parametrize("reply", ["", "   ", "I am not sure.", "('move', 7)", "('move', 12)", "<action>jump</action>", None, 42, b"up"])
+@pytest.mark.parametrize(
+    "reply", ["", "   ", "I am not sure.", "('move', 7)", "('move', 12)", "<action>jump</action>", None, 42, b"up"]
+)
 def test_unparseable_replies_are_invalid_not_errors(reply):
     parsed = parse_action(reply)
     assert parsed.action is None and parsed.name is None and parsed.error
@@ -92,14 +94,40 @@ def test_parser_never_raises_on_huge_repeated_unicode(chunk, repeats):
     assert time.perf_counter() - start < 0.5  # ~1 ms when idle; generous for loaded CI
 
 
-@given(st.lists(st.sampled_from(["up", "left", "(", "'", "move", ",", " ", "<action>", "</action>", "Action:", "*", "\n", "stop", "3", "é", "\x00"]), max_size=300))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "up",
+                "left",
+                "(",
+                "'",
+                "move",
+                ",",
+                " ",
+                "<action>",
+                "</action>",
+                "Action:",
+                "*",
+                "\n",
+                "stop",
+                "3",
+                "é",
+                "\x00",
+            ]
+        ),
+        max_size=300,
+    )
+)
 @settings(max_examples=300, deadline=None)
 def test_parser_never_raises_on_adversarial_token_soup(tokens):
     parsed = parse_action("".join(tokens), require_stop=True)
     assert parsed.action in (None, 0, 1, 2, 3, 4)
 
 
-@pytest.mark.parametrize("unit", ["(" + " " * 50, "action:" + " " * 50, "<action>", "('move', ", "up ", "(" + "'" * 30, "\u00e9" * 10])
+@pytest.mark.parametrize(
+    "unit", ["(" + " " * 50, "action:" + " " * 50, "<action>", "('move', ", "up ", "(" + "'" * 30, "\u00e9" * 10]
+)
 def test_parse_time_is_bounded_on_huge_inputs(unit):
     huge = unit * (2_000_000 // len(unit))
     start = time.perf_counter()
@@ -124,7 +152,13 @@ def test_format_action_rejects_unknown():
 
 def test_system_prompt_describes_the_task():
     both = system_prompt(9, 20, "both")
-    assert "9x9" in both and "20 moves" in both and "blue circle" in both and "'#'" in both and "<action>up</action>" in both
+    assert (
+        "9x9" in both
+        and "20 moves" in both
+        and "blue circle" in both
+        and "'#'" in both
+        and "<action>up</action>" in both
+    )
     text = system_prompt(11, 30, "text", require_stop=True)
     assert "blue circle" not in text and "stop" in text and "30 moves" in text
     assert "'#'" not in system_prompt(9, 20, "image")
@@ -141,7 +175,11 @@ def test_user_message_parts_follow_obs_mode():
     obs, _, _, _, info = env.step(int(np.flatnonzero(info["action_mask"] == 0)[0]))
     text = user_message(obs, info, obs_mode="image")["content"]
     assert [p["type"] for p in text] == ["image", "text"]
-    assert "Cannot move into a wall." in text[1]["text"] and "19 moves left" in text[1]["text"] and "#" not in text[1]["text"]
+    assert (
+        "Cannot move into a wall." in text[1]["text"]
+        and "19 moves left" in text[1]["text"]
+        and "#" not in text[1]["text"]
+    )
     only_text = user_message({"text": obs["text"]}, info, obs_mode="text", feedback="Invalid action.")
     assert [p["type"] for p in only_text["content"]] == ["text"]
     assert "Invalid action." in only_text["content"][0]["text"] and "Cannot move" not in only_text["content"][0]["text"]
@@ -149,7 +187,10 @@ def test_user_message_parts_follow_obs_mode():
 
 def test_build_messages_history_modes():
     system = system_prompt()
-    history = [({"role": "user", "content": [{"type": "text", "text": f"turn {i}"}]}, f"<action>up</action> {i}") for i in range(4)]
+    history = [
+        ({"role": "user", "content": [{"type": "text", "text": f"turn {i}"}]}, f"<action>up</action> {i}")
+        for i in range(4)
+    ]
     current = {"role": "user", "content": [{"type": "text", "text": "now"}]}
     full = build_messages(system, history, current, "full")
     assert [m["role"] for m in full] == ["system"] + ["user", "assistant"] * 4 + ["user"]

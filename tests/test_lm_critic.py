@@ -79,15 +79,20 @@ def test_vlm_values_read_the_prompt_with_its_image():
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
     processor = Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=56 * 56 * 4)
-    policy = LoRALMPolicy(tiny_qwen2_vl(), LoRAConfig(rank=4, alpha=8), image_processor=processor, pad_token_id=0,
-                          value_head=True)
+    policy = LoRALMPolicy(
+        tiny_qwen2_vl(), LoRAConfig(rank=4, alpha=8), image_processor=processor, pad_token_id=0, value_head=True
+    )
     with torch.no_grad():
         policy.model.value_head.summary.weight.normal_(0.0, 0.1)
     rng = np.random.default_rng(0)
     images = [(rng.random((56, 56, 3)) * 255).astype(np.uint8) for _ in range(2)]
     prompt = [1, 2, 150] + [151] * policy.image_token_count(images[0]) + [153, 5]
-    a = policy.evaluate([Turn(prompt_ids=prompt, response_ids=[7, 8], images=[images[0]]),
-                         Turn(prompt_ids=prompt, response_ids=[9], images=[images[1]])]).values
+    a = policy.evaluate(
+        [
+            Turn(prompt_ids=prompt, response_ids=[7, 8], images=[images[0]]),
+            Turn(prompt_ids=prompt, response_ids=[9], images=[images[1]]),
+        ]
+    ).values
     b = policy.evaluate([Turn(prompt_ids=prompt, response_ids=[10, 11, 12], images=[images[0]])]).values
     assert a[0].item() == pytest.approx(b[0].item(), abs=1e-5)
     assert abs(a[0].item() - a[1].item()) > 1e-5, "the image must reach the value"
@@ -95,10 +100,17 @@ def test_vlm_values_read_the_prompt_with_its_image():
 
 def _episodes() -> list[Episode]:
     """Two two-turn episodes: the first solves the maze (reward 1 on its last turn), the second does not."""
+
     def ep(gid, reward, success):
-        return Episode(turns=[Turn(prompt_ids=[1, 2, 3], response_ids=[4, 5]),
-                              Turn(prompt_ids=[1, 2, 3, 4, 5, 6 + gid], response_ids=[9], reward=reward)],
-                       group_id=gid, success=success)
+        return Episode(
+            turns=[
+                Turn(prompt_ids=[1, 2, 3], response_ids=[4, 5]),
+                Turn(prompt_ids=[1, 2, 3, 4, 5, 6 + gid], response_ids=[9], reward=reward),
+            ],
+            group_id=gid,
+            success=success,
+        )
+
     return [ep(0, 1.0, True), ep(1, 0.0, False)]
 
 
@@ -125,8 +137,12 @@ def test_save_and_load_restore_adapter_and_critic_exactly(tmp_path):
                 p.normal_(0.0, 0.05)
     before = policy.evaluate(TURNS)
     policy.save_adapter(tmp_path / "a")
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["README.md", "adapter_config.json",
-                                                                 "adapter_model.safetensors", VALUE_HEAD_FILE]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "README.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        VALUE_HEAD_FILE,
+    ]
     fresh = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), micro_batch_size=2, value_head=True)
     fresh.load_adapter(tmp_path / "a")
     after = fresh.evaluate(TURNS)
@@ -207,8 +223,9 @@ def test_checkpoints_require_the_head_and_resume_it_exactly(tmp_path):
     with pytest.raises(ValueError, match="adapter/value_head.safetensors is missing"):
         manager.resolve(str(path))
     grpo = CheckpointManager(tmp_path / "grpo", log=lambda m: None)  # a checkpoint of a run without a critic
-    grpo_path = local.save_checkpoint(grpo, 1, LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8)),
-                                      algo, stream.state_dict(), config, {})
+    grpo_path = local.save_checkpoint(
+        grpo, 1, LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8)), algo, stream.state_dict(), config, {}
+    )
     with pytest.raises(ValueError, match="does not list adapter/value_head.safetensors"):
         CheckpointManager(tmp_path / "grpo", required=required, log=lambda m: None).resolve(str(grpo_path))
 
@@ -228,9 +245,21 @@ def _play(policy, n: int, gen: torch.Generator) -> list[Episode]:
     with torch.no_grad():
         logp = torch.log_softmax(policy.model(input_ids=prompts).logits[:, -1].float(), -1)
     replies = torch.multinomial(logp.exp(), 1, generator=gen)[:, 0].tolist()
-    return [Episode(turns=[Turn(prompt_ids=prompts[i].tolist(), response_ids=[a], logprobs=[logp[i, a].item()],
-                                reward=STATES[s] + float(a == TARGET[s]))],
-                    group_id=i, success=a == TARGET[s]) for i, (s, a) in enumerate(zip(states, replies))]
+    return [
+        Episode(
+            turns=[
+                Turn(
+                    prompt_ids=prompts[i].tolist(),
+                    response_ids=[a],
+                    logprobs=[logp[i, a].item()],
+                    reward=STATES[s] + float(a == TARGET[s]),
+                )
+            ],
+            group_id=i,
+            success=a == TARGET[s],
+        )
+        for i, (s, a) in enumerate(zip(states, replies))
+    ]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -239,12 +268,20 @@ def test_ppo_learns_a_critic_and_a_policy_on_the_lm_path(seed):
     must carry the state token through two attention layers to the last prompt token, and the actor must
     learn the state's reply. Checked on fresh batches before each update, so nothing is fitted in-sample."""
     torch.manual_seed(seed)
-    config = transformers.Qwen2Config(vocab_size=8, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                       num_attention_heads=2, num_key_value_heads=2, head_dim=64,
-                                       max_position_embeddings=64)
+    config = transformers.Qwen2Config(
+        vocab_size=8,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=64,
+    )
     policy = LoRALMPolicy(transformers.Qwen2ForCausalLM(config), LoRAConfig(rank=8, alpha=16), value_head=True)
-    algo = algos.make("ppo", policy, lr=3e-3, vf_lr=1e-2, epochs=2, minibatch_size=32, old_logprobs="rollout",
-                      seed=seed)
+    algo = algos.make(
+        "ppo", policy, lr=3e-3, vf_lr=1e-2, epochs=2, minibatch_size=32, old_logprobs="rollout", seed=seed
+    )
     gen = torch.Generator().manual_seed(seed)
     history = []
     for _ in range(40):
@@ -253,8 +290,10 @@ def test_ppo_learns_a_critic_and_a_policy_on_the_lm_path(seed):
     ev = [m["explained_variance"] for m in history]
     success = [m["success_rate"] for m in history]
     value_loss = [m["value_loss"] for m in history]
-    print(f"seed {seed}: explained variance {np.mean(ev[-10:]):.2f}, value loss {value_loss[0]:.3f} -> "
-          f"{np.mean(value_loss[-10:]):.3f}, success {np.mean(success[:3]):.2f} -> {np.mean(success[-10:]):.2f}")
+    print(
+        f"seed {seed}: explained variance {np.mean(ev[-10:]):.2f}, value loss {value_loss[0]:.3f} -> "
+        f"{np.mean(value_loss[-10:]):.3f}, success {np.mean(success[:3]):.2f} -> {np.mean(success[-10:]):.2f}"
+    )
     assert abs(ev[0]) < 1e-6, "a zero-initialised critic explains nothing"
     # The best critic explains only the state's share of the return variance, ~0.5 at 65% success
     # (the reply is sampled after V(s) is read); measured 0.51-0.54 over the last 10 updates, seeds 0-2.

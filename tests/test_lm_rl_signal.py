@@ -26,14 +26,24 @@ from sft_cache import cached_sft_model
 
 pytestmark = pytest.mark.slow
 
+
 def _config(algo: str):
     from runners.config import apply_overrides
     from runners.presets import get_preset
 
-    return apply_overrides(get_preset("cpu-tiny"), [
-        "run_dir=unused", f"algo.name={algo}", "algo.lr=3e-4", "algo.minibatch_size=0", "rollout.temperature=1.0",
-        "loop.mazes_per_step=8", "loop.num_threads=1", "logging.progress=false",
-    ])
+    return apply_overrides(
+        get_preset("cpu-tiny"),
+        [
+            "run_dir=unused",
+            f"algo.name={algo}",
+            "algo.lr=3e-4",
+            "algo.minibatch_size=0",
+            "rollout.temperature=1.0",
+            "loop.mazes_per_step=8",
+            "loop.num_threads=1",
+            "logging.progress=false",
+        ],
+    )
 
 
 def _oracle_correct(episodes, mazes) -> torch.Tensor:
@@ -58,10 +68,15 @@ def batch():
     cfg = _config("gigpo")
     model = cached_sft_model(250)
     generator = local.build_generator(cfg, Path(model))
-    stream = MazeStream(size=cfg.maze.size, seed=123, generator=cfg.maze.generator, max_optimal_moves=cfg.rollout.max_moves)
+    stream = MazeStream(
+        size=cfg.maze.size, seed=123, generator=cfg.maze.generator, max_optimal_moves=cfg.rollout.max_moves
+    )
     mazes = [next(stream) for _ in range(cfg.loop.mazes_per_step)]
-    stream.load_state_dict(MazeStream(size=cfg.maze.size, seed=123, generator=cfg.maze.generator,
-                                      max_optimal_moves=cfg.rollout.max_moves).state_dict())
+    stream.load_state_dict(
+        MazeStream(
+            size=cfg.maze.size, seed=123, generator=cfg.maze.generator, max_optimal_moves=cfg.rollout.max_moves
+        ).state_dict()
+    )
     episodes = local.generate_step(generator, stream, cfg, step=0)
     return model, mazes, episodes
 

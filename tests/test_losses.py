@@ -42,7 +42,10 @@ def test_micro_batches_add_up_to_the_minibatch_loss():
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
         whole = aggregate(LOSS, MASK, agg, max_len=3)
         seqs = 2.0
-        parts = sum(aggregate(LOSS[i : i + 1], MASK[i : i + 1], agg, max_len=3, total_tokens=4.0, total_seqs=seqs) for i in range(2))
+        parts = sum(
+            aggregate(LOSS[i : i + 1], MASK[i : i + 1], agg, max_len=3, total_tokens=4.0, total_seqs=seqs)
+            for i in range(2)
+        )
         assert parts.item() == pytest.approx(whole.item()), agg
 
 

@@ -13,9 +13,15 @@ from runners.tiny import build_maze_vlm
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return build_maze_vlm(tmp_path_factory.mktemp("models") / "maze_vlm", hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
-                          vision={"width": 8, "iterations": 4})
+    return build_maze_vlm(
+        tmp_path_factory.mktemp("models") / "maze_vlm",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vision={"width": 8, "iterations": 4},
+    )
 
 
 def frame(spec, cell=None):
@@ -77,7 +83,7 @@ def test_mixed_maze_sizes_in_one_batch_equal_separate_forwards(model_dir):
         pad = ids_l.shape[1] - ids_s.shape[1]
         ids = torch.cat([torch.cat([ids_s, torch.zeros(1, pad, dtype=torch.long)], 1), ids_l])
         mask = torch.ones_like(ids)
-        mask[0, ids_s.shape[1]:] = 0
+        mask[0, ids_s.shape[1] :] = 0
         processor = MazeVLMImageProcessor()
         both = model(input_ids=ids, attention_mask=mask, **processor(images=[small, large], return_tensors="pt")).logits
     torch.testing.assert_close(both[0, ids_s.shape[1] - 1], alone_s, atol=1e-5, rtol=1e-5)
@@ -121,7 +127,9 @@ def test_hf_generator_plays_image_prompts(model_dir):
     messages = build_messages(system_prompt(9, 20, "image"), [], user_message(obs, info, obs_mode="image"), "none", 0)
     ids, images = generator.encoder.encode(messages)
     assert ids.count(generator.image_token_id) == 81
-    results = generator.generate([Prompt(prompt_ids=ids, images=images)] * 3, SamplingConfig(max_new_tokens=4, temperature=1.0, seed=0))
+    results = generator.generate(
+        [Prompt(prompt_ids=ids, images=images)] * 3, SamplingConfig(max_new_tokens=4, temperature=1.0, seed=0)
+    )
     assert len(results) == 3 and all(1 <= len(r.response_ids) <= 4 for r in results)
     # Recorded log-probs equal teacher-forced scoring of the same reply.
     scored = generator.score(ids, results[0].response_ids, images)
@@ -151,8 +159,9 @@ def test_lora_with_trained_vision_tower_round_trips_and_merges(model_dir, tmp_pa
     torch.testing.assert_close(fresh.evaluate([turn]).logprobs, before)
     # Merged model (LoRA folded in, trained encoder kept) scores the same.
     merged = fresh.model.merge_and_unload()
-    merged_policy = LoRALMPolicy(merged, LoRAConfig(rank=1), image_processor=AutoImageProcessor.from_pretrained(model_dir),
-                                 pad_token_id=0)
+    merged_policy = LoRALMPolicy(
+        merged, LoRAConfig(rank=1), image_processor=AutoImageProcessor.from_pretrained(model_dir), pad_token_id=0
+    )
     with merged_policy.model.disable_adapter():
         torch.testing.assert_close(merged_policy.evaluate([turn]).logprobs, before, atol=1e-5, rtol=1e-5)
 
@@ -167,8 +176,10 @@ def test_sft_learns_to_localise_the_agent_and_to_move(tmp_path):
 
     from runners.metrics import MetricsLogger
 
-    config = apply_overrides(get_preset("cpu-maze-vlm"), [f"run_dir={tmp_path}", "sft.vision_steps=60", "sft.steps=120",
-                                                          "sft.batch_size=32", "logging.progress=false"])
+    config = apply_overrides(
+        get_preset("cpu-maze-vlm"),
+        [f"run_dir={tmp_path}", "sft.vision_steps=60", "sft.steps=120", "sft.batch_size=32", "logging.progress=false"],
+    )
     metrics = MetricsLogger(tmp_path, tensorboard=False)
     try:
         run_sft(config, log=lambda _: None, metrics=metrics)
@@ -215,7 +226,9 @@ def test_the_encoder_trained_inside_the_adapter_can_have_its_own_learning_rate(m
     import algos
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
 
-    policy = LoRALMPolicy.from_pretrained(model_dir, LoRAConfig(rank=4, alpha=8, modules_to_save=["vision_tower"]), dtype=torch.float32)
+    policy = LoRALMPolicy.from_pretrained(
+        model_dir, LoRAConfig(rank=4, alpha=8, modules_to_save=["vision_tower"]), dtype=torch.float32
+    )
     saved = {id(p) for p in policy.saved_module_parameters()}
     names = {n for n, p in policy.model.named_parameters() if id(p) in saved}
     assert names and all("vision_tower" in n and "lora_" not in n for n in names)

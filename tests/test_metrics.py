@@ -57,17 +57,22 @@ def test_jsonl_keeps_everything_and_tensorboard_gets_finite_scalars(tmp_path):
 
 def test_wandb_gets_one_x_axis_per_phase_so_rl_steps_after_sft_are_kept(tmp_path, fake):
     wandb = fake("wandb")
-    logger = MetricsLogger(tmp_path, wandb=True, project="p", config={"lr": 1e-4}, tensorboard=False, echo=lambda m: None)
+    logger = MetricsLogger(
+        tmp_path, wandb=True, project="p", config={"lr": 1e-4}, tensorboard=False, echo=lambda m: None
+    )
     logger.log(300, {"loss": 0.1}, phase="sft")
     logger.log(1, {"loss": 0.2}, phase="rl")
     logger.log(2, {"loss": 0.3}, phase="rl")
     logger.close()
-    (init_args, init_kwargs), = wandb.named("init")
+    ((init_args, init_kwargs),) = wandb.named("init")
     assert init_kwargs["project"] == "p" and init_kwargs["config"] == {"lr": 1e-4}
     logs = wandb.named("log")
     assert [kw for _, kw in logs] == [{}, {}, {}], "no global step= (W&B would drop RL steps < 300)"
-    assert [a[0] for a, _ in logs] == [{"sft/loss": 0.1, "sft/step": 300}, {"rl/loss": 0.2, "rl/step": 1},
-                                       {"rl/loss": 0.3, "rl/step": 2}]
+    assert [a[0] for a, _ in logs] == [
+        {"sft/loss": 0.1, "sft/step": 300},
+        {"rl/loss": 0.2, "rl/step": 1},
+        {"rl/loss": 0.3, "rl/step": 2},
+    ]
     axes = [(a, k) for a, k in wandb.named("define_metric") if k.get("step_metric")]
     assert axes == [(("sft/*",), {"step_metric": "sft/step"}), (("rl/*",), {"step_metric": "rl/step"})]
     assert wandb.named("finish")
@@ -75,8 +80,9 @@ def test_wandb_gets_one_x_axis_per_phase_so_rl_steps_after_sft_are_kept(tmp_path
 
 def test_mlflow_gets_params_and_stepped_metrics(tmp_path, fake):
     mlflow = fake("mlflow")
-    logger = MetricsLogger(tmp_path, mlflow=True, project="p", config={"algo": {"lr": 1e-4}}, tensorboard=False,
-                           echo=lambda m: None)
+    logger = MetricsLogger(
+        tmp_path, mlflow=True, project="p", config={"algo": {"lr": 1e-4}}, tensorboard=False, echo=lambda m: None
+    )
     logger.log(5, {"loss": 0.25, "skip": "text"}, phase="rl")
     logger.close()
     assert mlflow.named("set_experiment") == [(("p",), {})]

@@ -22,7 +22,11 @@ def test_first_to_goal_wins_and_race_ends_for_all():
     obs, infos = env.reset(seed=0, options={"maze": spec})
     assert all(info["agent"] == spec.start for info in infos.values())
     path = shortest_path_actions(spec.grid, spec.start, spec.goal)
-    blocked = int(np.flatnonzero([spec.grid[spec.start[0] + dr, spec.start[1] + dc] for dr, dc in ((0, 1), (-1, 0), (0, -1), (1, 0))])[0])
+    blocked = int(
+        np.flatnonzero(
+            [spec.grid[spec.start[0] + dr, spec.start[1] + dc] for dr, dc in ((0, 1), (-1, 0), (0, -1), (1, 0))]
+        )[0]
+    )
     for i, a in enumerate(path):
         obs, rewards, terms, truncs, infos = env.step({"agent_0": a, "agent_1": blocked})
         if i < len(path) - 1:
@@ -36,7 +40,11 @@ def test_each_agent_sees_itself_as_A_and_rivals_as_B():
     env = VisMazeRace(n_agents=2, obs_mode="both")
     obs, infos = env.reset(seed=1)
     start = infos["agent_0"]["agent"]
-    legal = next(a for a, (dr, dc) in enumerate(((0, 1), (-1, 0), (0, -1), (1, 0))) if not env.maze.grid[start[0] + dr, start[1] + dc])
+    legal = next(
+        a
+        for a, (dr, dc) in enumerate(((0, 1), (-1, 0), (0, -1), (1, 0)))
+        if not env.maze.grid[start[0] + dr, start[1] + dc]
+    )
     obs, *_ = env.step({"agent_0": legal, "agent_1": legal ^ 2})  # agent_1 bumps or moves elsewhere
     for me, other in (("agent_0", "agent_1"), ("agent_1", "agent_0")):
         lines = obs[me]["text"].split("\n")

@@ -20,8 +20,6 @@ def setup(tmp_path_factory):
     return policy, gen, ParityProbe.from_encoder(gen.encoder)
 
 
-
-
 def test_tolerances():
     assert tolerance_for(torch.float32) == tolerance_for("float32") == 1e-3
     assert tolerance_for(torch.bfloat16) == tolerance_for("float16") == 5e-2

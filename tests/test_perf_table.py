@@ -17,8 +17,13 @@ _spec.loader.exec_module(perf_table)
 def test_bench_env_script_writes_positive_steps_per_second(tmp_path):
     out = tmp_path / "env.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_env.py"), "--seconds", "0.05",
-                           "--json", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_env.py"), "--seconds", "0.05", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "steps/s" in proc.stdout and " ms " in proc.stdout
     data = json.loads(out.read_text())
@@ -42,5 +47,5 @@ def test_readme_block_replacement_is_idempotent_and_keeps_other_rows(tmp_path):
     twice = perf_table.replace_block(once, block)
     assert once == twice
     assert once.startswith(original[:start]) and once.endswith(original[end:])
-    assert "steps/s" in once[start:len(once) - len(original[end:])]
+    assert "steps/s" in once[start : len(once) - len(original[end:])]
     assert "| VisMaze vs MiniGrid" in original[end:]  # the hand-copied rows sit outside the block

@@ -29,10 +29,18 @@ def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
 
     torch.set_num_threads(1)
     run = tmp_path / "run"
-    cfg = apply_overrides(get_preset("cpu-maze-vlm"), [
-        f"run_dir={run}", f"loop.steps={RL_STEPS}", "loop.max_minutes=0", f"eval.every={EVAL_EVERY}",
-        "checkpoint.every=5", "maze.heldout_sets=[]", "logging.progress=false",
-    ])
+    cfg = apply_overrides(
+        get_preset("cpu-maze-vlm"),
+        [
+            f"run_dir={run}",
+            f"loop.steps={RL_STEPS}",
+            "loop.max_minutes=0",
+            f"eval.every={EVAL_EVERY}",
+            "checkpoint.every=5",
+            "maze.heldout_sets=[]",
+            "logging.progress=false",
+        ],
+    )
     result = train(cfg, log=lambda m: None)
 
     # SFT learns: from a random model (0 of 64) to an imperfect start.
@@ -79,9 +87,19 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
 
     torch.set_num_threads(1)
     run = tmp_path / "run"
-    overrides = [f"run_dir={run}", "sft.steps=30", "sft.batch_size=16", "loop.steps=2", "loop.mazes_per_step=2",
-                 "rollout.group_size=4", "eval.every=0", "checkpoint.every=1", "logging.progress=false",
-                 "maze.heldout_sets=VisMaze-Hard-v0", "sft.vision_steps=4"]
+    overrides = [
+        f"run_dir={run}",
+        "sft.steps=30",
+        "sft.batch_size=16",
+        "loop.steps=2",
+        "loop.mazes_per_step=2",
+        "rollout.group_size=4",
+        "eval.every=0",
+        "checkpoint.every=1",
+        "logging.progress=false",
+        "maze.heldout_sets=VisMaze-Hard-v0",
+        "sft.vision_steps=4",
+    ]
     cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides)
     first = train(cfg, log=lambda m: None)
     assert first.before["episodes"] == 64 and 0.0 <= first.after["solve_rate"] <= 1.0

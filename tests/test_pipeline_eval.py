@@ -16,10 +16,10 @@ def _episode(success: bool, moves: int, optimal: int, invalid: int = 0, size: in
 
 def test_summary_numbers_by_hand():
     eps = [
-        _episode(True, 10, 8),             # SPL 0.8
-        _episode(True, 6, 6),              # SPL 1.0
+        _episode(True, 10, 8),  # SPL 0.8
+        _episode(True, 6, 6),  # SPL 1.0
         _episode(False, 16, 12, invalid=4),  # SPL 0, 4 invalid turns
-        _episode(True, 12, 12, size=9),    # SPL 1.0
+        _episode(True, 12, 12, size=9),  # SPL 1.0
     ]
     s = summarize(eps)
     assert s["solve_rate"] == pytest.approx(3 / 4)
@@ -85,13 +85,17 @@ def test_sft_demo_turns_match_rollout_prompts(tiny_generator):
 
     cfg, gen = tiny_generator
     maze = load_eval_set("heldout-7x7")[3]
-    turns = demo_turns(maze, gen.encoder, max_moves=16, obs_mode="text", history="none", eos_id=gen.tokenizer.eos_token_id)
+    turns = demo_turns(
+        maze, gen.encoder, max_moves=16, obs_mode="text", history="none", eos_id=gen.tokenizer.eos_token_id
+    )
     actions = oracle_actions(maze)
     assert [t.action for t in turns] == actions
     env = VisMazeEnv(size=7, max_moves=16, obs_mode="text")
     obs, info = env.reset(options={"maze": maze})
     for t, a in zip(turns, actions):
-        ids, _ = gen.encoder.encode(build_messages(system_prompt(7, 16, "text"), [], user_message(obs, info, obs_mode="text"), "none"))
+        ids, _ = gen.encoder.encode(
+            build_messages(system_prompt(7, 16, "text"), [], user_message(obs, info, obs_mode="text"), "none")
+        )
         assert t.prompt_ids == ids
         assert t.response_ids[-1] == gen.tokenizer.eos_token_id
         assert parse_action(gen.tokenizer.decode(t.response_ids, skip_special_tokens=True)).action == a
@@ -138,8 +142,16 @@ def test_sft_random_starts_cover_off_path_cells_and_never_an_eval_maze(tiny_gene
         moved = _random_start(maze, rng)
         assert moved.goal == maze.goal and not moved.grid[moved.start] and not is_eval_maze(moved.maze_id)
         starts.add(moved.start)
-        turns = demo_turns(maze, gen.encoder, max_moves=16, obs_mode="text", history="none",
-                           eos_id=gen.tokenizer.eos_token_id, rng=np.random.default_rng(len(starts)), random_start=True)
+        turns = demo_turns(
+            maze,
+            gen.encoder,
+            max_moves=16,
+            obs_mode="text",
+            history="none",
+            eos_id=gen.tokenizer.eos_token_id,
+            rng=np.random.default_rng(len(starts)),
+            random_start=True,
+        )
         dist = bfs_distances(maze.grid, maze.goal)
         for t in turns:
             r, c = (int(v) for v in t.state.split(","))

@@ -18,8 +18,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def tiny_qwen2(seed: int = 0):
     torch.manual_seed(seed)
     config = transformers.Qwen2Config(
-        vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=256,
+        vocab_size=64,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=256,
     )
     return transformers.Qwen2ForCausalLM(config)
 
@@ -27,12 +33,32 @@ def tiny_qwen2(seed: int = 0):
 def tiny_qwen2_vl(seed: int = 0):
     torch.manual_seed(seed)
     config = transformers.Qwen2VLConfig(
-        text_config=dict(vocab_size=160, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
-                         rope_scaling={"type": "mrope", "mrope_section": [16, 8, 8]}),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=128, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
-        image_token_id=151, video_token_id=152, vision_start_token_id=150, vision_end_token_id=153,
+        text_config=dict(
+            vocab_size=160,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            head_dim=64,
+            max_position_embeddings=512,
+            rope_scaling={"type": "mrope", "mrope_section": [16, 8, 8]},
+        ),
+        vision_config=dict(
+            depth=1,
+            embed_dim=32,
+            hidden_size=128,
+            num_heads=2,
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_channels=3,
+        ),
+        image_token_id=151,
+        video_token_id=152,
+        vision_start_token_id=150,
+        vision_end_token_id=153,
     )
     return transformers.Qwen2VLForConditionalGeneration(config)
 

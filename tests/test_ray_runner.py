@@ -72,8 +72,14 @@ def ray_cluster():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         metrics_port = s.getsockname()[1]
-    ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, _metrics_export_port=metrics_port,
-             log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ray.init(
+        address="local",
+        num_cpus=RAY_CPUS,
+        include_dashboard=False,
+        _metrics_export_port=metrics_port,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+    )
     yield metrics_port
     ray.shutdown()
 
@@ -91,9 +97,20 @@ def sft_model():
 def _small(run_dir, model, *overrides):
     # Sampling settings pinned here (not inherited from the preset): at T=1 the tiny groups have
     # reward variance, so updates happen and the local-vs-Ray comparisons are not vacuous.
-    return _config(run_dir, f"sft.checkpoint={model}", "logging.progress=false", "loop.mazes_per_step=2",
-                   "rollout.group_size=4", "rollout.temperature=1.0", "algo.lr=3e-4", "loop.steps=3", "eval.every=0",
-                   "eval.before_rl=false", "checkpoint.every=1", *overrides)
+    return _config(
+        run_dir,
+        f"sft.checkpoint={model}",
+        "logging.progress=false",
+        "loop.mazes_per_step=2",
+        "rollout.group_size=4",
+        "rollout.temperature=1.0",
+        "algo.lr=3e-4",
+        "loop.steps=3",
+        "eval.every=0",
+        "eval.before_rl=false",
+        "checkpoint.every=1",
+        *overrides,
+    )
 
 
 def _records(run_dir) -> list[dict]:
@@ -150,9 +167,20 @@ def _scrape(port: int, run: str, step: int, timeout: float = 60.0) -> list[str]:
 @pytest.mark.ray
 @pytest.mark.slow
 def test_two_workers_train_and_improve(ray_cluster, sft_model, tmp_path):
-    cfg = _small(tmp_path, sft_model, "runner.kind=ray", "runner.num_workers=2", "loop.steps=8", "loop.mazes_per_step=4",
-                 "rollout.group_size=8", "eval.before_rl=true", "checkpoint.every=4", "loop.parity_every=4", "algo.lr=5e-4",
-                 "algo.episode_mean=false")  # calibrated: turn-mean GRPO gains faster in 8 steps (+0.09 vs +0.03)
+    cfg = _small(
+        tmp_path,
+        sft_model,
+        "runner.kind=ray",
+        "runner.num_workers=2",
+        "loop.steps=8",
+        "loop.mazes_per_step=4",
+        "rollout.group_size=8",
+        "eval.before_rl=true",
+        "checkpoint.every=4",
+        "loop.parity_every=4",
+        "algo.lr=5e-4",
+        "algo.episode_mean=false",
+    )  # calibrated: turn-mean GRPO gains faster in 8 steps (+0.09 vs +0.03)
     result = ray_runner.train(cfg, log=lambda m: None)
     recs = _records(tmp_path)
     assert result.steps == 8 and [r["step"] for r in recs] == list(range(1, 9))
@@ -173,8 +201,15 @@ IMPROVEMENT = 0.05
 @pytest.mark.ray
 @pytest.mark.slow
 def test_killed_worker_is_replaced_and_the_run_finishes(ray_cluster, sft_model, tmp_path):
-    cfg = _small(tmp_path, sft_model, "runner.kind=ray", "runner.num_workers=2", "loop.steps=5", "checkpoint.every=2",
-                 'runner.options={"max_restarts": 2}')
+    cfg = _small(
+        tmp_path,
+        sft_model,
+        "runner.kind=ray",
+        "runner.num_workers=2",
+        "loop.steps=5",
+        "checkpoint.every=2",
+        'runner.options={"max_restarts": 2}',
+    )
     killed = {}
 
     def kill_rank1_after_step3():
@@ -211,18 +246,29 @@ def test_checkpoint_from_two_workers_resumes_on_one_like_the_local_runner(ray_cl
 
     from runners import local
 
-    two = _small(tmp_path / "run", sft_model, "runner.kind=ray", "runner.num_workers=2", "loop.steps=4", "checkpoint.every=2")
+    two = _small(
+        tmp_path / "run", sft_model, "runner.kind=ray", "runner.num_workers=2", "loop.steps=4", "checkpoint.every=2"
+    )
     ray_runner.train(two, log=lambda m: None, stop_after=2)
     state = json.loads((tmp_path / "run" / "checkpoints" / "step_000002" / "state.json").read_text())
     assert state["ray_workers"] == 2 and state["step"] == 2
     shutil.copytree(tmp_path / "run", tmp_path / "copy")
 
-    one = _small(tmp_path / "run", sft_model, "runner.kind=ray", "runner.num_workers=1", "loop.steps=4",
-                 "checkpoint.every=2", "loop.parity_every=1")
+    one = _small(
+        tmp_path / "run",
+        sft_model,
+        "runner.kind=ray",
+        "runner.num_workers=1",
+        "loop.steps=4",
+        "checkpoint.every=2",
+        "loop.parity_every=1",
+    )
     result = ray_runner.train(one, log=lambda m: None)
     assert result.steps == 4
-    ref = local.train(_small(tmp_path / "copy", sft_model, "loop.steps=4", "checkpoint.every=2", "loop.parity_every=1"),
-                      log=lambda m: None)
+    ref = local.train(
+        _small(tmp_path / "copy", sft_model, "loop.steps=4", "checkpoint.every=2", "loop.parity_every=1"),
+        log=lambda m: None,
+    )
     resumed = [r for r in _records(tmp_path / "run") if r["step"] > 2]
     expected = [r for r in _records(tmp_path / "copy") if r["step"] > 2]
     assert [r["step"] for r in resumed] == [3, 4] and [r["ray/num_workers"] for r in resumed] == [1.0, 1.0]

@@ -20,8 +20,17 @@ from mazegym.recording import OUTCOME_RGB, maze_grid, maze_thumbnail
 from mazegym.solver import shortest_path_actions
 from report_helpers import NO_CHROMIUM, assert_renders_in_chromium, chromium
 from runners import cli
-from runners.evaluate import (discard_eval_records, eval_summary, list_eval_records, maze_records, read_eval_records,
-                              records_path, replay_record, strip_records, write_eval_records)
+from runners.evaluate import (
+    discard_eval_records,
+    eval_summary,
+    list_eval_records,
+    maze_records,
+    read_eval_records,
+    records_path,
+    replay_record,
+    strip_records,
+    write_eval_records,
+)
 from runners.rollout import RolloutConfig
 
 SET = "heldout-7x7"
@@ -36,8 +45,9 @@ def _episode(spec, solved: bool, invalid_texts=("no idea", "<action>jump</action
     else:
         turns = [Turn(action=None, valid=False, text=t) for t in invalid_texts]
         away = [(path[0] + 2) % 4, path[0]]
-        turns += [Turn(action=away[i % 2], valid=True, text="move")
-                  for i in range(EVAL_SETS[SET].max_moves - len(turns))]
+        turns += [
+            Turn(action=away[i % 2], valid=True, text="move") for i in range(EVAL_SETS[SET].max_moves - len(turns))
+        ]
     optimal = len(path)
     return Episode(turns=turns, maze_id=spec.maze_id, success=solved, optimal_moves=optimal, info={"size": spec.size})
 
@@ -122,10 +132,21 @@ def make_run(run: Path, evals: bool = True, metrics: bool = True) -> Path:
             logger.log(step, {"loss": 3.0 / step, "grad_norm": 1.0}, phase="sft")
         logger.log(0, {"eval/solve_rate": 0.25, "time/eval": 4.0}, phase="eval")
         for step in range(1, 5):
-            logger.log(step, {"rollout/success_rate": 0.2 + 0.05 * step, "train/return_mean": 0.1 * step,
-                              "train/approx_kl": 0.01, "train/entropy": float("nan"), "train/clip_frac": 0.1,
-                              "time/generate": 2.0, "time/update": 1.0, "time/sync": 0.1,
-                              **({"eval/solve_rate": 0.4} if step % 2 == 0 else {})}, phase="rl")
+            logger.log(
+                step,
+                {
+                    "rollout/success_rate": 0.2 + 0.05 * step,
+                    "train/return_mean": 0.1 * step,
+                    "train/approx_kl": 0.01,
+                    "train/entropy": float("nan"),
+                    "train/clip_frac": 0.1,
+                    "time/generate": 2.0,
+                    "time/update": 1.0,
+                    "time/sync": 0.1,
+                    **({"eval/solve_rate": 0.4} if step % 2 == 0 else {}),
+                },
+                phase="rl",
+            )
         logger.close()
     if evals:
         write_eval_records(run, 0, _summary(set(range(16))), "before_rl")
@@ -228,19 +249,42 @@ def test_the_loop_writes_records_per_eval_and_one_tensorboard_tag_per_quantity(t
         def state_dict(self):
             return {}
 
-    config = apply_overrides(get_preset("cpu-tiny"), ["loop.steps=4", "eval.every=2", "logging.progress=false",
-                                                      "loop.mazes_per_step=1", f"maze.eval_set={SET}",
-                                                      "maze.heldout_sets=heldout-13x13", "checkpoint.every=0"])
+    config = apply_overrides(
+        get_preset("cpu-tiny"),
+        [
+            "loop.steps=4",
+            "eval.every=2",
+            "logging.progress=false",
+            "loop.mazes_per_step=1",
+            f"maze.eval_set={SET}",
+            "maze.heldout_sets=heldout-13x13",
+            "checkpoint.every=0",
+        ],
+    )
     (tmp_path / "eval").mkdir()
     write_eval_records(tmp_path, 7, _summary(set()), "rl")  # left by an earlier, longer attempt: a fresh start drops it
     metrics = MetricsLogger(tmp_path, echo=lambda m: None)
     try:
-        result = run_rl_loop(config, _Backend(), Stream(), LoopState(), tmp_path, CheckpointManager(tmp_path / "c"),
-                             metrics, lambda m: None, None, 0.0)
+        result = run_rl_loop(
+            config,
+            _Backend(),
+            Stream(),
+            LoopState(),
+            tmp_path,
+            CheckpointManager(tmp_path / "c"),
+            metrics,
+            lambda m: None,
+            None,
+            0.0,
+        )
     finally:
         metrics.close()
     assert [(d["step"], d["set"], d["label"]) for d in list_eval_records(tmp_path)] == [
-        (0, SET, "before_rl"), (2, SET, "rl"), (4, "heldout-13x13", "heldout"), (4, SET, "rl")]
+        (0, SET, "before_rl"),
+        (2, SET, "rl"),
+        (4, "heldout-13x13", "heldout"),
+        (4, SET, "rl"),
+    ]
     assert result.after["solved"] == 16 and "mazes" not in result.after
     results = json.loads((tmp_path / "eval_results.json").read_text())
     assert "mazes" not in results["before_rl"] and "mazes" not in results["heldout"]["heldout-13x13"]

@@ -14,12 +14,24 @@ STOP = 2
 
 def _config(run_dir, sft_model):
     # Shaped rewards give every group non-zero advantages, so every step really updates the adapter.
-    return apply_overrides(get_preset("cpu-tiny"), [
-        f"run_dir={run_dir}", f"sft.checkpoint={sft_model}", f"loop.steps={STEPS}", "checkpoint.every=2",
-        "eval.every=0", "eval.before_rl=false", "loop.mazes_per_step=2", "rollout.group_size=4",
-        "rollout.max_moves=16", 'rollout.env_kwargs={"shaping": true}', "algo.filter_zero_variance=false",
-        "algo.lr=1e-3", "logging.progress=false",
-    ])
+    return apply_overrides(
+        get_preset("cpu-tiny"),
+        [
+            f"run_dir={run_dir}",
+            f"sft.checkpoint={sft_model}",
+            f"loop.steps={STEPS}",
+            "checkpoint.every=2",
+            "eval.every=0",
+            "eval.before_rl=false",
+            "loop.mazes_per_step=2",
+            "rollout.group_size=4",
+            "rollout.max_moves=16",
+            'rollout.env_kwargs={"shaping": true}',
+            "algo.filter_zero_variance=false",
+            "algo.lr=1e-3",
+            "logging.progress=false",
+        ],
+    )
 
 
 def _rl_records(run_dir):
@@ -36,7 +48,9 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     from runners.local import run_sft, train
 
     torch.set_num_threads(1)
-    sft_cfg = apply_overrides(get_preset("cpu-tiny"), [f"run_dir={tmp_path / 'sft'}", "sft.steps=15", "logging.progress=false"])
+    sft_cfg = apply_overrides(
+        get_preset("cpu-tiny"), [f"run_dir={tmp_path / 'sft'}", "sft.steps=15", "logging.progress=false"]
+    )
     sft_model = run_sft(sft_cfg, log=lambda m: None)
 
     straight = tmp_path / "straight"

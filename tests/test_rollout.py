@@ -34,7 +34,14 @@ class ScriptedGenerator:
             clean = text.encode("utf-8", "replace").decode("utf-8")
             ids = self.tokenizer.encode(clean, add_special_tokens=False)[: sampling.max_new_tokens]
             # The raw script text is returned as is: a backend may hand back anything.
-            out.append(GenerationResult(ids, [-1.0] * len(ids), text if len(ids) < sampling.max_new_tokens else self.tokenizer.decode(ids), finish))
+            out.append(
+                GenerationResult(
+                    ids,
+                    [-1.0] * len(ids),
+                    text if len(ids) < sampling.max_new_tokens else self.tokenizer.decode(ids),
+                    finish,
+                )
+            )
         return out
 
     def load_adapter(self, path, version):
@@ -93,11 +100,11 @@ def test_oracle_replies_solve_every_maze_with_spl_one():
 
 
 MALFORMED = [
-    ("", "stop"),                                   # empty
-    ("a" * 200, "length"),                          # endless until max_new_tokens
-    ("\udcff\x00\x01\x7f\ufffd\ufffd", "stop"),     # garbage / non-UTF-8-looking bytes
-    ("I think the answer is (move, 9)", "stop"),    # wrong format
-    ("<action>stop</action>", "stop"),              # stop is not available without require_stop
+    ("", "stop"),  # empty
+    ("a" * 200, "length"),  # endless until max_new_tokens
+    ("\udcff\x00\x01\x7f\ufffd\ufffd", "stop"),  # garbage / non-UTF-8-looking bytes
+    ("I think the answer is (move, 9)", "stop"),  # wrong format
+    ("<action>stop</action>", "stop"),  # stop is not available without require_stop
 ]
 
 
@@ -217,5 +224,6 @@ def test_evaluation_keeps_no_frames_and_prompts_match_training_plays(tmp_path_fa
         evaluated = evaluate_mazes(gen, mazes, config)
         assert all(t.images for e in kept for t in e.turns)
         assert all(t.images == [] for e in evaluated for t in e.turns)
-        assert [[(t.prompt_ids, t.response_ids) for t in e.turns] for e in evaluated] == \
-            [[(t.prompt_ids, t.response_ids) for t in e.turns] for e in kept]
+        assert [[(t.prompt_ids, t.response_ids) for t in e.turns] for e in evaluated] == [
+            [(t.prompt_ids, t.response_ids) for t in e.turns] for e in kept
+        ]

@@ -88,14 +88,36 @@ def ray_head(tmp_path):
     pytest.importorskip("ray")
     token = secrets.token_hex(32)
     gcs_port, dash_port = _free_port(), _free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, OMP_NUM_THREADS="1",
-               PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ,
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN=token,
+        OMP_NUM_THREADS="1",
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+    )
     log = open(tmp_path / "head.log", "w")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--num-cpus", "1",
-         "--port", str(gcs_port), "--dashboard-port", str(dash_port), "--dashboard-host", "127.0.0.1",
-         "--disable-usage-stats", "--include-dashboard", "true"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            "1",
+            "--port",
+            str(gcs_port),
+            "--dashboard-port",
+            str(dash_port),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--disable-usage-stats",
+            "--include-dashboard",
+            "true",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     address = f"http://127.0.0.1:{dash_port}"
     try:

@@ -26,8 +26,6 @@ def policy(model_path):
     return tiny_lora_policy(model_path)
 
 
-
-
 def test_publish_is_versioned_atomic_and_pruned(tmp_path, policy):
     sync = AdapterSync(tmp_path / "sync", keep=2)
     assert sync.latest() is None
@@ -54,7 +52,9 @@ def test_versions_must_increase(tmp_path, policy, version):
 def test_publish_from_adapter_dir_and_reject_garbage(tmp_path, policy):
     src = policy.save_adapter(tmp_path / "src")
     sync = AdapterSync(tmp_path / "sync")
-    assert (sync.publish(src, 1) / "adapter_model.safetensors").read_bytes() == (src / "adapter_model.safetensors").read_bytes()
+    assert (sync.publish(src, 1) / "adapter_model.safetensors").read_bytes() == (
+        src / "adapter_model.safetensors"
+    ).read_bytes()
     with pytest.raises(FileNotFoundError):
         sync.publish(tmp_path / "nothing", 2)
     with pytest.raises(TypeError):

@@ -59,7 +59,13 @@ def test_chat_template_is_chatml_with_image_placeholder(tokenizer):
 
 
 def test_text_lm_has_standard_layout_and_is_idempotent(text_lm):
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ):
         assert (text_lm / name).is_file(), name
     config = json.loads((text_lm / "config.json").read_text())
     assert config["hidden_size"] // config["num_attention_heads"] == 64  # vLLM CPU needs head_dim 64
@@ -115,8 +121,12 @@ def test_vlm_runs_forward_with_pixels(vlm):
     ids = tok.encode("<|im_start|>user\n<|vision_start|>", add_special_tokens=False) + [pad] * n_tokens
     ids += tok.encode("<|vision_end|>map<|im_end|>", add_special_tokens=False)
     input_ids = torch.tensor([ids])
-    out = model(input_ids=input_ids, pixel_values=pix["pixel_values"], image_grid_thw=pix["image_grid_thw"],
-                mm_token_type_ids=(input_ids == pad).int())
+    out = model(
+        input_ids=input_ids,
+        pixel_values=pix["pixel_values"],
+        image_grid_thw=pix["image_grid_thw"],
+        mm_token_type_ids=(input_ids == pad).int(),
+    )
     assert out.logits.shape == (1, len(ids), len(tok))
     assert torch.isfinite(out.logits).all()
 
@@ -132,8 +142,14 @@ def test_tiny_qwen3_vl_has_the_8b_layout_and_plays_image_turns(tmp_path):
     assert config["model_type"] == "qwen3_vl" and config["vision_config"]["patch_size"] == 16
     assert config["text_config"]["num_key_value_heads"] < config["text_config"]["num_attention_heads"]
     gen = HFGenerator(path, dtype="bfloat16")
-    assert gen.encoder.image_token_count(np.zeros((225, 225, 3), np.uint8)) == 49  # 224 px -> 14x14 patches -> 2x2 merge
-    episodes = collect_groups(gen, load_eval_set("VisMaze-v0")[:1], RolloutConfig(group_size=2, max_moves=2, max_new_tokens=4,
-                                                                                  obs_mode="image", history="full"), seed=0)
+    assert (
+        gen.encoder.image_token_count(np.zeros((225, 225, 3), np.uint8)) == 49
+    )  # 224 px -> 14x14 patches -> 2x2 merge
+    episodes = collect_groups(
+        gen,
+        load_eval_set("VisMaze-v0")[:1],
+        RolloutConfig(group_size=2, max_moves=2, max_new_tokens=4, obs_mode="image", history="full"),
+        seed=0,
+    )
     turn = episodes[0].turns[-1]
     assert len(turn.images) == len(episodes[0].turns) and len(turn.logprobs) == len(turn.response_ids)

@@ -50,8 +50,14 @@ class MazeVLMConfig(Qwen2Config):
 
     model_type = MODEL_TYPE
 
-    def __init__(self, vision_config: dict | None = None, image_token_id: int | None = None,
-                 vision_start_token_id: int | None = None, vision_end_token_id: int | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        vision_config: dict | None = None,
+        image_token_id: int | None = None,
+        vision_start_token_id: int | None = None,
+        vision_end_token_id: int | None = None,
+        **kwargs: Any,
+    ):
         self.vision_config = {**DEFAULT_VISION_CONFIG, **(vision_config or {})}
         self.image_token_id = image_token_id
         self.vision_start_token_id = vision_start_token_id
@@ -73,14 +79,18 @@ class RecurrentConvEncoder(nn.Module):
         # A 3x3 readout lets a cell's decision features compare its neighbours' routing state (which way
         # is closer to the goal) instead of the recurrence having to write the direction into every cell.
         self.readout = nn.Conv2d(2 * width, 2 * width, 3, padding=1) if readout == "conv" else None
-        self.agent_score = nn.Linear(3 * patch_px * patch_px, 1)  # reads the raw patch: localising never reshapes the routing features
+        self.agent_score = nn.Linear(
+            3 * patch_px * patch_px, 1
+        )  # reads the raw patch: localising never reshapes the routing features
         # A learned temperature (as CLIP's logit scale) so the saliency sharpens in tens of steps, not hundreds.
         self.score_scale = nn.Parameter(torch.tensor(10.0))
         # Used only by vision pretraining (as BERT keeps its pretraining heads); generation never reads it.
         self.action_head = nn.Linear(2 * width, num_actions)
 
     def cell_features(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``grid``: [B, H, W, 3*p*p] -> ([B, H*W, 2*width] routing state and input, [B, H*W, 2*width] decision features)."""
+        """``grid``: [B, H, W, 3*p*p] -> ([B, H*W, 2*width] routing state and input, [B, H*W, 2*width] decision
+        features).
+        """
         batch, rows, cols, _ = grid.shape
         recall = torch.relu(self.patch_embed(grid)).permute(0, 3, 1, 2)  # [B, C, H, W]
         state = torch.zeros_like(recall)
@@ -89,10 +99,14 @@ class RecurrentConvEncoder(nn.Module):
             state = torch.relu(state + self.conv_out(update))
         features = torch.cat([state, recall], dim=1)  # the LM reads the routing state and what the cell shows
         decision = torch.relu(self.readout(features)) if self.readout is not None else features
-        return (features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
-                decision.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1))
+        return (
+            features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
+            decision.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
+        )
 
-    def forward(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, grid: torch.Tensor, iterations: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``grid``: [B, H, W, 3*p*p] flattened patches -> ([B, H*W, 4*width] tokens, [B, H*W] agent scores,
         [B, H*W, 2*width] decision features).
 
@@ -124,14 +138,23 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
     def __init__(self, config: MazeVLMConfig):
         super().__init__(config)
         vision = config.vision_config
-        self.vision_tower = RecurrentConvEncoder(vision["patch_px"], vision["width"], vision["iterations"],
-                                                 vision.get("num_actions", 4), vision.get("readout", "conv"))
+        self.vision_tower = RecurrentConvEncoder(
+            vision["patch_px"],
+            vision["width"],
+            vision["iterations"],
+            vision.get("num_actions", 4),
+            vision.get("readout", "conv"),
+        )
         self.multi_modal_projector = nn.Sequential(
-            nn.Linear(4 * vision["width"], config.hidden_size), nn.GELU(), nn.Linear(config.hidden_size, config.hidden_size))
+            nn.Linear(4 * vision["width"], config.hidden_size),
+            nn.GELU(),
+            nn.Linear(config.hidden_size, config.hidden_size),
+        )
         self.post_init()
 
-    def encode_images(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor
-                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    def encode_images(
+        self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         """Vision-encoder output per image, before the projector: [cells, 4*width] tokens, [cells] agent scores
         and [cells, 2*width] decision features."""
         patch_dim = pixel_values.shape[-1]
@@ -149,17 +172,21 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
                 tokens[i], scores[i], decisions[i] = feats[j], agent_scores[j], decision[j]
         return tokens, scores, decisions
 
-    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Projected vision tokens of all images, image after image ([tokens, hidden]), and each image's agent scores."""
+    def image_features(
+        self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Projected vision tokens of all images, in order ([tokens, hidden]), and each image's agent scores."""
         tokens, scores, _ = self.encode_images(pixel_values, image_grid_thw)
         return self.multi_modal_projector(torch.cat(tokens)), scores
 
-    def vision_pretraining_loss(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor,
-                                agent_cells: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, float]:
+    def vision_pretraining_loss(
+        self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, agent_cells: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, float]:
         """Vision-encoder pretraining objective on one image per example: (loss, move accuracy).
 
         The cross-entropy of ``vision_tower.action_head`` read from the encoder's decision features
-        at the agent's cell against the demonstrated move, plus the agent-localisation cross-entropy. It trains the encoder alone,
+        at the agent's cell against the demonstrated move, plus the agent-localisation cross-entropy.
+        It trains the encoder alone,
         as vision towers are pretrained before a projector connects them to a language model:
         the encoder's routing is learnt from a direct per-move signal, not through a decoder
         that is itself still random.
@@ -170,17 +197,28 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
         at_agent = torch.stack([d[int(c)] for d, c in zip(decisions, agent_cells)])
         logits = self.vision_tower.action_head(at_agent)
         move_loss = nn.functional.cross_entropy(logits, actions)
-        locate_loss = torch.stack([nn.functional.cross_entropy(s[None].float(), c.view(1))
-                                   for s, c in zip(scores, agent_cells)]).mean()
+        locate_loss = torch.stack(
+            [nn.functional.cross_entropy(s[None].float(), c.view(1)) for s, c in zip(scores, agent_cells)]
+        ).mean()
         accuracy = float((logits.argmax(-1) == actions).float().mean())
         return move_loss + locate_loss, accuracy
 
-    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.LongTensor | None = None, past_key_values: Any = None,
-                inputs_embeds: torch.FloatTensor | None = None, labels: torch.LongTensor | None = None,
-                use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
-                pixel_values: torch.Tensor | None = None, image_grid_thw: torch.Tensor | None = None,
-                mm_token_type_ids: torch.Tensor | None = None, agent_cells: torch.Tensor | None = None, **kwargs: Any):
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Any = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        pixel_values: torch.Tensor | None = None,
+        image_grid_thw: torch.Tensor | None = None,
+        mm_token_type_ids: torch.Tensor | None = None,
+        agent_cells: torch.Tensor | None = None,
+        **kwargs: Any,
+    ):
         """Causal-LM forward; vision tokens replace the image placeholder embeddings when ``pixel_values`` is given.
 
         ``agent_cells`` (optional, one row-major cell index per image) adds ``aux_loss``: the
@@ -197,22 +235,44 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             if bool(is_image.any()):
                 feats, scores = self.image_features(pixel_values.to(inputs_embeds.dtype), image_grid_thw)
                 if feats.shape[0] != int(is_image.sum()):
-                    raise ValueError(f"{int(is_image.sum())} image placeholder tokens but the images need "
-                                     f"{feats.shape[0]} (one per cell)")
+                    raise ValueError(
+                        f"{int(is_image.sum())} image placeholder tokens but the images need "
+                        f"{feats.shape[0]} (one per cell)"
+                    )
                 inputs_embeds = inputs_embeds.masked_scatter(is_image[..., None], feats)
                 if agent_cells is not None:
-                    aux_loss = torch.stack([nn.functional.cross_entropy(s[None].float(), c.view(1).to(s.device))
-                                            for s, c in zip(scores, agent_cells)]).mean()
-        out = super().forward(input_ids=None, attention_mask=attention_mask, position_ids=position_ids,
-                              past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
-                              use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+                    aux_loss = torch.stack(
+                        [
+                            nn.functional.cross_entropy(s[None].float(), c.view(1).to(s.device))
+                            for s, c in zip(scores, agent_cells)
+                        ]
+                    ).mean()
+        out = super().forward(
+            input_ids=None,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            labels=labels,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
         return MazeVLMOutput(**out, aux_loss=aux_loss)
 
-    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, pixel_values=None, image_grid_thw=None,
-                                      is_first_iteration=False, **kwargs):
+    def prepare_inputs_for_generation(
+        self,
+        input_ids,
+        past_key_values=None,
+        pixel_values=None,
+        image_grid_thw=None,
+        is_first_iteration=False,
+        **kwargs,
+    ):
         """Keep ``input_ids`` (not embeddings) so the forward can find the placeholders; images only on the prefill."""
-        inputs = super().prepare_inputs_for_generation(input_ids, past_key_values=past_key_values,
-                                                       is_first_iteration=is_first_iteration, **kwargs)
+        inputs = super().prepare_inputs_for_generation(
+            input_ids, past_key_values=past_key_values, is_first_iteration=is_first_iteration, **kwargs
+        )
         if is_first_iteration or past_key_values is None or past_key_values.get_seq_length() == 0:
             inputs["pixel_values"] = pixel_values
             inputs["image_grid_thw"] = image_grid_thw
@@ -266,7 +326,10 @@ class MazeVLMImageProcessor(BaseImageProcessor):
             cells = _area_downsample(cells, self.patch_px)  # [rows, cols, 3, p, p]
             rows_out.append(cells.reshape(rows * cols, -1) / 255.0 - 0.5)
             grids.append((1, rows, cols))
-        data = {"pixel_values": np.concatenate(rows_out).astype(np.float32), "image_grid_thw": np.array(grids, dtype=np.int64)}
+        data = {
+            "pixel_values": np.concatenate(rows_out).astype(np.float32),
+            "image_grid_thw": np.array(grids, dtype=np.int64),
+        }
         return BatchFeature(data=data, tensor_type=return_tensors)
 
 
@@ -290,5 +353,11 @@ def register() -> None:
     AutoImageProcessor.register(MazeVLMConfig, image_processor_classes={"pil": MazeVLMImageProcessor}, exist_ok=True)
 
 
-__all__ = ["MazeVLMConfig", "MazeVLMForConditionalGeneration", "MazeVLMImageProcessor", "RecurrentConvEncoder",
-           "register", "set_vision_iterations"]
+__all__ = [
+    "MazeVLMConfig",
+    "MazeVLMForConditionalGeneration",
+    "MazeVLMImageProcessor",
+    "RecurrentConvEncoder",
+    "register",
+    "set_vision_iterations",
+]

@@ -101,8 +101,9 @@ def load_value_head(directory: str | os.PathLike, expected: dict[str, torch.Size
     try:
         state = load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types for a torn or garbled header
-        raise ValueError(f"critic weights {path} are unreadable ({type(exc).__name__}: {exc}); "
-                         "the checkpoint is corrupt") from None
+        raise ValueError(
+            f"critic weights {path} are unreadable ({type(exc).__name__}: {exc}); the checkpoint is corrupt"
+        ) from None
     shapes = {k: tuple(v.shape) for k, v in state.items()}
     want = {k: tuple(v) for k, v in expected.items()}
     if shapes != want:
@@ -128,8 +129,12 @@ def add_lora(model: nn.Module, lora: LoRAConfig) -> nn.Module:
     vision = re.compile(VISION_MODULE_PATTERN)
     has_vision = any(vision.fullmatch(name) for name, _ in model.named_modules())
     config = peft.LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-        exclude_modules=VISION_MODULE_PATTERN if (lora.exclude_vision and has_vision) else None, task_type="CAUSAL_LM",
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        exclude_modules=VISION_MODULE_PATTERN if (lora.exclude_vision and has_vision) else None,
+        task_type="CAUSAL_LM",
         modules_to_save=list(lora.modules_to_save) if lora.modules_to_save else None,
     )
     return peft.get_peft_model(model, config)
@@ -250,12 +255,14 @@ class LoRALMPolicy:
                     parts.append(self._forward(chunk, length, with_values=False))
             else:
                 parts.append(self._forward(chunk, length))
-        logprobs, mask, entropy, values = (torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None
-                                           for i in range(4))
+        logprobs, mask, entropy, values = (
+            torch.cat([p[i] for p in parts]) if parts[0][i] is not None else None for i in range(4)
+        )
         return PolicyOutput(logprobs=logprobs, mask=mask, entropy=entropy, values=values)
 
-    def _forward(self, turns: Sequence[Turn], length: int, with_values: bool = True
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    def _forward(
+        self, turns: Sequence[Turn], length: int, with_values: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """One padded forward pass; returns [b, length] logprobs, mask and entropy, and [b] values (or None)."""
         device = self.device
         rows = [t.input_ids for t in turns]
@@ -282,9 +289,14 @@ class LoRALMPolicy:
         keep = torch.unique(pred_pos)
         keep_index = torch.searchsorted(keep, pred_pos)
         with_values = with_values and self.has_value_head
-        out = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device), use_cache=False,
-                         logits_to_keep=keep.to(device), output_hidden_states=with_values,
-                         **{k: v.to(device) for k, v in extra.items()})
+        out = self.model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            use_cache=False,
+            logits_to_keep=keep.to(device),
+            output_hidden_states=with_values,
+            **{k: v.to(device) for k, v in extra.items()},
+        )
         rows_idx = torch.arange(len(rows))[:, None].expand(-1, length).to(device)
         picked = out.logits[rows_idx, keep_index.to(device)]  # [b, length, V]
         # Generators record log-probs of the temperature-scaled distribution; score the same one.
@@ -370,8 +382,10 @@ class LoRALMPolicy:
             raise FileNotFoundError(f"no adapter_model.safetensors in {directory}")
         saved = json.loads((directory / "adapter_config.json").read_text())
         if int(saved.get("r", -1)) != int(self.model.peft_config["default"].r):
-            raise ValueError(f"adapter in {directory} has rank {saved.get('r')}, this policy rank "
-                             f"{self.model.peft_config['default'].r}")
+            raise ValueError(
+                f"adapter in {directory} has rank {saved.get('r')}, this policy rank "
+                f"{self.model.peft_config['default'].r}"
+            )
         state = load_file(str(weights), device=str(self.device))
         check_adapter_keys(peft.get_peft_model_state_dict(self.model).keys(), state.keys(), directory)
         critic = None
@@ -379,8 +393,10 @@ class LoRALMPolicy:
             head = getattr(self.model, VALUE_HEAD_MODULE)
             critic = load_value_head(directory, {k: v.shape for k, v in head.state_dict().items()})
             if critic is None and not critic_optional:
-                raise ValueError(f"no {VALUE_HEAD_FILE} in {directory}: this policy trains a critic (ppo) and the "
-                                 "adapter was saved without one, so resuming would restart the critic from scratch")
+                raise ValueError(
+                    f"no {VALUE_HEAD_FILE} in {directory}: this policy trains a critic (ppo) and the "
+                    "adapter was saved without one, so resuming would restart the critic from scratch"
+                )
         peft.set_peft_model_state_dict(self.model, state)
         if critic is not None:
             head.load_state_dict({k: v.to(device=self.device) for k, v in critic.items()})
@@ -406,7 +422,9 @@ def check_adapter_keys(expected: Iterable[str], found: Iterable[str], source: An
     if missing:
         parts.append(f"{len(missing)} missing ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})")
     if unexpected:
-        parts.append(f"{len(unexpected)} unexpected ({', '.join(unexpected[:5])}{', ...' if len(unexpected) > 5 else ''})")
+        parts.append(
+            f"{len(unexpected)} unexpected ({', '.join(unexpected[:5])}{', ...' if len(unexpected) > 5 else ''})"
+        )
     raise ValueError(f"adapter at {source} does not fit this model: LoRA tensors " + "; ".join(parts))
 
 

@@ -208,8 +208,9 @@ class MazeNetPolicy(nn.Module):
         return torch.as_tensor(np.asarray(obs_batch, dtype=np.float32))
 
     @torch.no_grad()
-    def act(self, obs_batch: Any, action_mask: Any = None, greedy: bool = False,
-            generator: torch.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def act(
+        self, obs_batch: Any, action_mask: Any = None, greedy: bool = False, generator: torch.Generator | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Choose actions for a batch: returns (actions int64 [B], log-probs [B], values [B])."""
         x = self.encode_batch(obs_batch)
         mask = None if action_mask is None else torch.as_tensor(np.asarray(action_mask), dtype=torch.float32)
@@ -236,7 +237,9 @@ class MazeNetPolicy(nn.Module):
         masks = [t.observation.get("action_mask") if isinstance(t.observation, dict) else None for t in turns]
         mask = None
         if any(m is not None for m in masks):
-            mask = torch.tensor(np.stack([m if m is not None else np.ones(NUM_ACTIONS) for m in masks]), dtype=torch.float32)
+            mask = torch.tensor(
+                np.stack([m if m is not None else np.ones(NUM_ACTIONS) for m in masks]), dtype=torch.float32
+            )
         logp, values = self(x, mask)
         actions = torch.tensor([t.response_ids[0] if t.response_ids else 0 for t in turns])
         token_mask = torch.tensor([[1.0 if t.response_ids else 0.0] for t in turns])

@@ -231,8 +231,11 @@ class VisMazeEnv(gym.Env):
     def step(self, action: int):
         """Apply one action; see the module docstring for rewards and episode end."""
         if self._done:
-            raise RuntimeError("the episode is over (terminated or truncated): call reset() before step()"
-                               if self.spec_maze is not None else "call reset() before step()")
+            raise RuntimeError(
+                "the episode is over (terminated or truncated): call reset() before step()"
+                if self.spec_maze is not None
+                else "call reset() before step()"
+            )
         if type(action) is not int:  # Python and numpy ints take the fast path; anything else is checked
             action = int(action) if isinstance(action, np.integer) else self._integer_action(action)
         if not 0 <= action < self._num_actions:
@@ -276,8 +279,11 @@ class VisMazeEnv(gym.Env):
         costs a turn instead of raising.
         """
         if self._done:
-            raise RuntimeError("the episode is over (terminated or truncated): call reset() before step_invalid()"
-                               if self.spec_maze is not None else "call reset() before step_invalid()")
+            raise RuntimeError(
+                "the episode is over (terminated or truncated): call reset() before step_invalid()"
+                if self.spec_maze is not None
+                else "call reset() before step_invalid()"
+            )
         self._moves += 1
         truncated = self._moves >= self.max_moves
         if truncated:
@@ -310,8 +316,10 @@ class VisMazeEnv(gym.Env):
             action = action[()]
         if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
             return int(action)
-        raise TypeError(f"action must be an integer in 0..{self._num_actions - 1}, got {action!r} "
-                        f"({type(action).__name__}); parse model text with mazegym.llm.parse_action first")
+        raise TypeError(
+            f"action must be an integer in 0..{self._num_actions - 1}, got {action!r} "
+            f"({type(action).__name__}); parse model text with mazegym.llm.parse_action first"
+        )
 
     # ------------------------------------------------------------------ state
     def _load(self, spec: MazeSpec) -> None:
@@ -462,8 +470,11 @@ def _maze_option(maze: Any) -> MazeSpec:
             raise ValueError("options['maze']['rows'] must all have the same length")
     for key in ("start", "goal"):
         cell = maze.get(key)
-        if (not isinstance(cell, (list, tuple)) or len(cell) != 2
-                or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in cell)):
+        if (
+            not isinstance(cell, (list, tuple))
+            or len(cell) != 2
+            or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in cell)
+        ):
             raise ValueError(f"options['maze']['{key}'] must be a (row, col) pair of integers, got {cell!r}")
     try:
         return MazeSpec.from_dict(maze)

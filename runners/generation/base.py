@@ -92,8 +92,12 @@ class Generator(Protocol):
         """Teacher-forced log-probs (temperature 1) of ``response_ids`` given ``prompt_ids``."""
         ...
 
-    def score_replies(self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
-        """Log-prob of each whole candidate reply after each prompt at ``temperature``: ``out[i][k] = log p(replies[k] | prompts[i])``."""
+    def score_replies(
+        self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0
+    ) -> list[list[float]]:
+        """Log-prob of each whole candidate reply after each prompt at ``temperature``: ``out[i][k] = log p(replies[k]
+        | prompts[i])``.
+        """
         ...
 
 

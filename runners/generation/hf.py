@@ -15,7 +15,13 @@ import torch
 import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
 from runners.generation.adapters import check_adapter
 from runners.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
-from runners.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer, pixel_inputs
+from runners.generation.prompts import (
+    ChatEncoder,
+    image_token_id_of,
+    load_image_processor,
+    load_tokenizer,
+    pixel_inputs,
+)
 
 
 def _load_model(model_path: str, dtype: torch.dtype, device: str):
@@ -137,8 +143,8 @@ class HFGenerator:
         for i, p in enumerate(prompts):
             if not p.prompt_ids:
                 raise ValueError("empty prompt: every prompt needs at least one token")
-            ids[i, width - len(p.prompt_ids):] = torch.tensor(p.prompt_ids)
-            mask[i, width - len(p.prompt_ids):] = 1
+            ids[i, width - len(p.prompt_ids) :] = torch.tensor(p.prompt_ids)
+            mask[i, width - len(p.prompt_ids) :] = 1
         batch: dict[str, torch.Tensor] = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
         images = [im for p in prompts for im in p.images]
         if images:
@@ -168,8 +174,9 @@ class HFGenerator:
         return logps.gather(-1, seq[0, start:].unsqueeze(-1)).squeeze(-1).tolist()
 
     @torch.no_grad()
-    def score_replies(self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0,
-                      max_prompts: int = 128) -> list[list[float]]:
+    def score_replies(
+        self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0, max_prompts: int = 128
+    ) -> list[list[float]]:
         """Log-prob of each whole candidate reply after each prompt at ``temperature``.
 
         Each prompt runs once (left-padded, as in :meth:`generate`); its KV cache is then repeated
@@ -190,19 +197,27 @@ class HFGenerator:
         reply_ids = torch.full((k, width), self.pad_id, dtype=torch.long)
         reply_mask = torch.zeros((k, width), dtype=torch.long)
         for j, r in enumerate(replies):
-            reply_ids[j, :len(r)] = torch.tensor(r)
-            reply_mask[j, :len(r)] = 1
+            reply_ids[j, : len(r)] = torch.tensor(r)
+            reply_mask[j, : len(r)] = 1
         out: list[list[float]] = []
         for start in range(0, len(prompts), max_prompts):
-            chunk = prompts[start:start + max_prompts]
+            chunk = prompts[start : start + max_prompts]
             inputs = self._batch_inputs(chunk)
             first = self.model(**inputs, use_cache=True)
             cache = first.past_key_values
             cache.batch_repeat_interleave(k)
             ids = reply_ids.repeat(len(chunk), 1).to(self.device)
-            mask = torch.cat([inputs["attention_mask"].repeat_interleave(k, dim=0), reply_mask.repeat(len(chunk), 1).to(self.device)], dim=1)
+            mask = torch.cat(
+                [
+                    inputs["attention_mask"].repeat_interleave(k, dim=0),
+                    reply_mask.repeat(len(chunk), 1).to(self.device),
+                ],
+                dim=1,
+            )
             rest = self.model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=False)
-            logits = torch.cat([first.logits[:, -1:].float().repeat_interleave(k, dim=0), rest.logits[:, :-1].float()], dim=1)
+            logits = torch.cat(
+                [first.logits[:, -1:].float().repeat_interleave(k, dim=0), rest.logits[:, :-1].float()], dim=1
+            )
             logps = torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[..., None]).squeeze(-1)
             totals = (logps * reply_mask.repeat(len(chunk), 1).to(logps.device)).sum(dim=1).view(len(chunk), k)
             out.extend(totals.tolist())
@@ -214,19 +229,20 @@ class HFGenerator:
         rope = getattr(text_config, "rope_parameters", None) or getattr(text_config, "rope_scaling", None) or {}
         return "mrope_section" in rope
 
-    def _score_replies_unshared(self, prompts: list[Prompt], replies: list[list[int]], temperature: float,
-                                max_prompts: int) -> list[list[float]]:
+    def _score_replies_unshared(
+        self, prompts: list[Prompt], replies: list[list[int]], temperature: float, max_prompts: int
+    ) -> list[list[float]]:
         """:meth:`score_replies` with every prompt + reply as its own right-padded row (no shared cache)."""
         out = [[0.0] * len(replies) for _ in prompts]
         rows = [(i, k) for i in range(len(prompts)) for k in range(len(replies))]
         for start in range(0, len(rows), max_prompts):
-            chunk = rows[start:start + max_prompts]
+            chunk = rows[start : start + max_prompts]
             seqs = [list(prompts[i].prompt_ids) + list(replies[k]) for i, k in chunk]
             ids = torch.full((len(seqs), max(map(len, seqs))), self.pad_id, dtype=torch.long)
             mask = torch.zeros_like(ids)
             for r, seq in enumerate(seqs):
-                ids[r, :len(seq)] = torch.tensor(seq)
-                mask[r, :len(seq)] = 1
+                ids[r, : len(seq)] = torch.tensor(seq)
+                mask[r, : len(seq)] = 1
             inputs: dict[str, torch.Tensor] = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
             images = [im for i, _ in chunk for im in prompts[i].images]
             if images:
@@ -234,6 +250,6 @@ class HFGenerator:
             logps = torch.log_softmax(self.model(**inputs).logits.float() / temperature, dim=-1)
             for r, (i, k) in enumerate(chunk):
                 first, n = len(prompts[i].prompt_ids), len(replies[k])
-                target = ids[r, first:first + n].to(logps.device)
-                out[i][k] = float(logps[r, first - 1:first - 1 + n].gather(-1, target[:, None]).sum())
+                target = ids[r, first : first + n].to(logps.device)
+                out[i][k] = float(logps[r, first - 1 : first - 1 + n].gather(-1, target[:, None]).sum())
         return out

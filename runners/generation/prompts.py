@@ -27,7 +27,9 @@ def load_tokenizer(model_path: str | Path):
 
     path = Path(model_path)
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {path} (config.json missing); build one with runners.tiny or pass a local checkpoint dir")
+        raise FileNotFoundError(
+            f"no model at {path} (config.json missing); build one with runners.tiny or pass a local checkpoint dir"
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
@@ -89,7 +91,9 @@ class ChatEncoder:
         self.segment_checked = False
         self.segment_ok = True
         specials = sorted(tokenizer.all_special_tokens + _added_special_tokens(tokenizer), key=len, reverse=True)
-        self._split = re.compile("(?=" + "|".join(re.escape(t) for t in dict.fromkeys(specials)) + ")") if specials else None
+        self._split = (
+            re.compile("(?=" + "|".join(re.escape(t) for t in dict.fromkeys(specials)) + ")") if specials else None
+        )
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The chat template's text for ``messages``."""
@@ -131,7 +135,9 @@ class ChatEncoder:
         if not images:
             return ids
         if self.image_processor is None or self.image_token_id is None:
-            raise ValueError("the prompt has images but the model has no image processor / image_token_id (is it a text-only model?)")
+            raise ValueError(
+                "the prompt has images but the model has no image processor / image_token_id (is it a text-only model?)"
+            )
         positions = [i for i, t in enumerate(ids) if t == self.image_token_id]
         if len(positions) != len(images):
             raise ValueError(f"prompt has {len(positions)} image placeholders but {len(images)} images")

@@ -29,8 +29,13 @@ from runners.generation.prompts import pixel_inputs
 PROMPT_EMBEDS_MODEL_TYPES = (MAZE_VLM_MODEL_TYPE,)
 """Model types whose prompts vLLM receives as embeddings (their vision encoder is not a vLLM model)."""
 
-DECODER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                 "generation_config.json")
+DECODER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 """Files of the model directory the decoder export copies as they are (those that exist)."""
 
 
@@ -50,7 +55,9 @@ def write_decoder_model(model: torch.nn.Module, model_path: str | Path, out_dir:
     for key in ("vision_config", "image_token_id", "auto_map", "_name_or_path", "transformers_version"):
         config.pop(key, None)
     config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], tie_word_embeddings=False)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith(("model.", "lm_head."))}
+    state = {
+        k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k.startswith(("model.", "lm_head."))
+    }
 
     def write(tmp: Path) -> None:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -84,7 +91,7 @@ def split_adapter(adapter_dir: str | Path, out_dir: str | Path) -> dict[str, tor
     full: dict[str, torch.Tensor] = {}
     lora: dict[str, torch.Tensor] = {}
     for key, value in tensors.items():
-        name = key[len(prefix):] if key.startswith(prefix) else key
+        name = key[len(prefix) :] if key.startswith(prefix) else key
         if any(name == m or name.startswith(m + ".") for m in saved):
             full[name] = value
         else:
@@ -115,11 +122,13 @@ class PromptEmbedder:
         other = sorted(k for k in full_weights if not k.startswith(prefix))
         if other:
             raise ValueError(f"the adapter trains modules in full that the vLLM backend cannot serve: {other[:5]}")
-        vision = {k[len(prefix):]: v for k, v in full_weights.items()} or self.base_vision
+        vision = {k[len(prefix) :]: v for k, v in full_weights.items()} or self.base_vision
         missing, unexpected = sorted(set(self.base_vision) - set(vision)), sorted(set(vision) - set(self.base_vision))
         if missing or unexpected:
-            raise ValueError(f"the adapter's vision_tower weights do not fit this model: missing {missing[:5]}, "
-                             f"unexpected {unexpected[:5]}")
+            raise ValueError(
+                f"the adapter's vision_tower weights do not fit this model: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}"
+            )
         wrong = sorted(k for k, v in vision.items() if tuple(v.shape) != tuple(self.base_vision[k].shape))
         if wrong:
             raise ValueError(f"the adapter's vision_tower weights have the wrong shape for this model: {wrong[:5]}")
@@ -131,14 +140,17 @@ class PromptEmbedder:
 
     @torch.no_grad()
     def embeddings(self, token_ids: list[list[int]], images: list[list[Any]]) -> list[torch.Tensor]:
-        """One ``[len(ids), hidden]`` float32 tensor per prompt: image rows from the encoder, text rows from the embeddings."""
+        """One ``[len(ids), hidden]`` float32 tensor per prompt: image rows from the encoder, text rows from the
+        embeddings.
+        """
         rows = []
         flat = [im for ims in images for im in ims]
         vision = None
         if flat:
             pixels = pixel_inputs(self.image_processor, flat)
-            vision, _ = self.model.image_features(pixels["pixel_values"].to(self.device),
-                                                  pixels["image_grid_thw"].to(self.device))
+            vision, _ = self.model.image_features(
+                pixels["pixel_values"].to(self.device), pixels["image_grid_thw"].to(self.device)
+            )
         used = 0
         embed = self.model.get_input_embeddings()
         for ids in token_ids:
@@ -149,15 +161,19 @@ class PromptEmbedder:
             if count:
                 if vision is None or used + count > vision.shape[0]:
                     raise ValueError("a prompt has more image placeholder tokens than its images give vision tokens")
-                out[is_image] = vision[used:used + count].float()
+                out[is_image] = vision[used : used + count].float()
                 used += count
             rows.append(out.cpu())
         if vision is not None and used != vision.shape[0]:
-            raise ValueError(f"the images gave {vision.shape[0]} vision tokens but the prompts hold {used} placeholders")
+            raise ValueError(
+                f"the images gave {vision.shape[0]} vision tokens but the prompts hold {used} placeholders"
+            )
         return rows
 
     def engine_prompts(self, prompts: list[Prompt], extra_ids: list[list[int]] | None = None) -> list[dict[str, Any]]:
-        """vLLM mixed embeddings prompts (ids, mask, rows) for ``prompts``, each followed by ``extra_ids[i]`` when given."""
+        """vLLM mixed embeddings prompts (ids, mask, rows) for ``prompts``, each followed by ``extra_ids[i]`` when
+        given.
+        """
         ids = [list(p.prompt_ids) + (list(extra_ids[i]) if extra_ids else []) for i, p in enumerate(prompts)]
         rows = self.embeddings(ids, [list(p.images) for p in prompts])
         return [self._item(r, i) for r, i in zip(rows, ids)]
@@ -168,9 +184,16 @@ class PromptEmbedder:
         rows = self.embeddings([list(p.prompt_ids) for p in prompts], [list(p.images) for p in prompts])
         embed = self.model.get_input_embeddings()
         reply_rows = [embed(torch.tensor(r, dtype=torch.long, device=self.device)).float().cpu() for r in replies]
-        return [self._item(torch.cat([row, extra]), list(p.prompt_ids) + list(r))
-                for p, row in zip(prompts, rows) for r, extra in zip(replies, reply_rows)]
+        return [
+            self._item(torch.cat([row, extra]), list(p.prompt_ids) + list(r))
+            for p, row in zip(prompts, rows)
+            for r, extra in zip(replies, reply_rows)
+        ]
 
     def _item(self, rows: torch.Tensor, ids: list[int]) -> dict[str, Any]:
         """A mixed embeddings prompt: token ids, the mask of real-token positions, one row per position."""
-        return {"prompt_embeds": rows, "prompt_token_ids": ids, "prompt_is_token_ids": [t != self.image_token_id for t in ids]}
+        return {
+            "prompt_embeds": rows,
+            "prompt_token_ids": ids,
+            "prompt_is_token_ids": [t != self.image_token_id for t in ids],
+        }

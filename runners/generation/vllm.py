@@ -110,8 +110,9 @@ class VLLMGenerator:
         served = self.model_path
         if needs_prompt_embeds(self.model_path):
             self.workdir = Path(tempfile.mkdtemp(prefix="mazegym-vllm-"))
-            self.embedder = PromptEmbedder(self.model_path, self.image_processor, self.image_token_id,
-                                           device="cpu" if on_cpu else "cuda")
+            self.embedder = PromptEmbedder(
+                self.model_path, self.image_processor, self.image_token_id, device="cpu" if on_cpu else "cuda"
+            )
             served = str(write_decoder_model(self.embedder.model, self.model_path, self.workdir / "decoder"))
             engine_kwargs.setdefault("enable_prompt_embeds", True)
         kwargs: dict[str, Any] = dict(
@@ -226,10 +227,15 @@ class VLLMGenerator:
         if not prompts:
             return []
         if not sampling.greedy and (sampling.top_p < 1.0 or sampling.top_k > 0) and not self._warned_top_p:
-            warnings.warn("vllm backend: with top_p < 1 or top_k > 0 the recorded log-probs are renormalised over the kept tokens and differ from log_softmax(logits / T)")
+            warnings.warn(
+                "vllm backend: with top_p < 1 or top_k > 0 the recorded log-probs are renormalised over the "
+                "kept tokens and differ from log_softmax(logits / T)"
+            )
             self._warned_top_p = True
         params = [self._sampling_params(sampling, i) for i in range(len(prompts))]
-        items = self.embedder.engine_prompts(prompts) if self.embedder is not None else [self._inputs(p) for p in prompts]
+        items = (
+            self.embedder.engine_prompts(prompts) if self.embedder is not None else [self._inputs(p) for p in prompts]
+        )
         outputs = self.llm.generate(items, params, lora_request=self.lora_request, use_tqdm=False)
         return [self._result(out.outputs[0]) for out in outputs]
 
@@ -245,16 +251,22 @@ class VLLMGenerator:
         """Teacher-forced log-probs (T = 1) of ``response_ids`` via ``prompt_logprobs``."""
         return self._score_batch([Prompt(list(prompt_ids), list(images or []))], [list(response_ids)])[0]
 
-    def _score_batch(self, prompts: list[Prompt], responses: list[list[int]], items: list[Any] | None = None) -> list[list[float]]:
+    def _score_batch(
+        self, prompts: list[Prompt], responses: list[list[int]], items: list[Any] | None = None
+    ) -> list[list[float]]:
         """Teacher-forced log-probs (T = 1) of ``responses[i]`` after ``prompts[i]``, all in one engine call
         (``items``: the engine prompts of those pairs, when the caller built them already)."""
         if not prompts:
             return []
-        params = self._sampling_params(SamplingConfig(max_new_tokens=1, temperature=0.0), 0, prompt_logprobs=0, logprobs=None)
+        params = self._sampling_params(
+            SamplingConfig(max_new_tokens=1, temperature=0.0), 0, prompt_logprobs=0, logprobs=None
+        )
         if items is None and self.embedder is not None:
             items = self.embedder.engine_prompts(prompts, responses)
         elif items is None:
-            items = [self._inputs(Prompt(list(p.prompt_ids) + list(r), list(p.images))) for p, r in zip(prompts, responses)]
+            items = [
+                self._inputs(Prompt(list(p.prompt_ids) + list(r), list(p.images))) for p, r in zip(prompts, responses)
+            ]
         outs = self.llm.generate(items, [params] * len(items), lora_request=self.lora_request, use_tqdm=False)
         scores = []
         for prompt, response, out in zip(prompts, responses, outs):
@@ -262,7 +274,9 @@ class VLLMGenerator:
             scores.append([_token_logprob(out.prompt_logprobs[i], seq[i]) for i in range(start, len(seq))])
         return scores
 
-    def score_replies(self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+    def score_replies(
+        self, prompts: list[Prompt], replies: list[list[int]], temperature: float = 1.0
+    ) -> list[list[float]]:
         """Log-prob of each whole candidate reply after each prompt, in one engine call (temperature 1 only:
         ``prompt_logprobs`` are unscaled)."""
         if temperature != 1.0:

@@ -84,14 +84,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--at", type=int, default=1, help="kill on this call of the target (1 = first)")
     parser.add_argument("--when", choices=("before", "after"), default="before")
     parser.add_argument("--anchor", help="MODULE:ATTR whose calls start the count")
-    parser.add_argument("--anchor-at", type=int, default=1, help="count target calls once the anchor ran this many times")
+    parser.add_argument(
+        "--anchor-at", type=int, default=1, help="count target calls once the anchor ran this many times"
+    )
     split = argv.index("--")
     options = parser.parse_args(argv[:split])
     if options.kill:
         arm(options.kill, options.at, options.when, options.anchor, options.anchor_at)
     from runners.cli import main as mazegym
 
-    return mazegym(argv[split + 1:])
+    return mazegym(argv[split + 1 :])
 
 
 if __name__ == "__main__":

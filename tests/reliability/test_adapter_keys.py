@@ -27,8 +27,10 @@ def adapters(model_path, tmp_path_factory):
     state = load_file(str(good / "adapter_model.safetensors"))
     names = sorted(state)
     out = {"good": good}
-    for kind, tensors in (("missing", {k: v for k, v in state.items() if k not in names[:2]}),
-                          ("unexpected", {**state, "base_model.model.model.extra.lora_A.weight": torch.zeros(4, 4)})):
+    for kind, tensors in (
+        ("missing", {k: v for k, v in state.items() if k not in names[:2]}),
+        ("unexpected", {**state, "base_model.model.model.extra.lora_A.weight": torch.zeros(4, 4)}),
+    ):
         shutil.copytree(good, root / kind)
         save_file(tensors, str(root / kind / "adapter_model.safetensors"))
         out[kind] = root / kind

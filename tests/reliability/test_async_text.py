@@ -57,12 +57,17 @@ def test_async_default_sync_and_single_envs_agree(obs_mode):
 
 
 def test_without_copy_the_live_rows_copy_to_plain_strings():
-    envs = gym.make_vec("VisMaze-v0", num_envs=2, vectorization_mode="async", obs_mode="text", vector_kwargs={"copy": False})
+    envs = gym.make_vec(
+        "VisMaze-v0", num_envs=2, vectorization_mode="async", obs_mode="text", vector_kwargs={"copy": False}
+    )
     try:
         obs, _ = envs.reset(seed=[0, 1])
         assert isinstance(obs["text"], SharedTextRows)
         snapshot = copy.deepcopy(obs["text"])
-        assert isinstance(snapshot, tuple) and snapshot[1] == gym.make("VisMaze-v0", obs_mode="text").reset(seed=1)[0]["text"]
+        assert (
+            isinstance(snapshot, tuple)
+            and snapshot[1] == gym.make("VisMaze-v0", obs_mode="text").reset(seed=1)[0]["text"]
+        )
         assert obs["text"][0:2] == snapshot and len(obs["text"]) == 2
     finally:
         envs.close()

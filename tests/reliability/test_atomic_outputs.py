@@ -54,7 +54,14 @@ class _Backend:
         (directory / "adapter_model.safetensors").write_bytes(self.payload)
 
     def evaluate(self, name):
-        return {"solve_rate": 0.0, "solved": 0, "episodes": 64, "spl": 0.0, "invalid_action_rate": 0.0, "mean_moves": 0.0}
+        return {
+            "solve_rate": 0.0,
+            "solved": 0,
+            "episodes": 64,
+            "spl": 0.0,
+            "invalid_action_rate": 0.0,
+            "mean_moves": 0.0,
+        }
 
     def results_extras(self):
         return {}, {}

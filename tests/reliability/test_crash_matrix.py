@@ -31,11 +31,29 @@ SFT_STEPS = 250
 
 
 def train_args(run_dir: Path, sft_model: Path) -> list[str]:
-    """``mazegym train`` arguments of every run here: 3 small steps, a checkpoint per step, shaped rewards (real updates)."""
-    return ["train", "--preset", "cpu-tiny", "--run-dir", str(run_dir), f"sft.checkpoint={sft_model}", f"loop.steps={STEPS}",
-            "loop.mazes_per_step=2", "rollout.group_size=4", 'rollout.env_kwargs={"shaping": true}',
-            "algo.filter_zero_variance=false", "algo.lr=1e-3", "checkpoint.every=1", "checkpoint.keep=3",
-            "eval.every=0", "eval.before_rl=false", "logging.progress=false", "loop.num_threads=1"]
+    """``mazegym train`` arguments of every run here: 3 small steps, a checkpoint per step, shaped rewards (real
+    updates).
+    """
+    return [
+        "train",
+        "--preset",
+        "cpu-tiny",
+        "--run-dir",
+        str(run_dir),
+        f"sft.checkpoint={sft_model}",
+        f"loop.steps={STEPS}",
+        "loop.mazes_per_step=2",
+        "rollout.group_size=4",
+        'rollout.env_kwargs={"shaping": true}',
+        "algo.filter_zero_variance=false",
+        "algo.lr=1e-3",
+        "checkpoint.every=1",
+        "checkpoint.keep=3",
+        "eval.every=0",
+        "eval.before_rl=false",
+        "logging.progress=false",
+        "loop.num_threads=1",
+    ]
 
 
 @dataclass(frozen=True)
@@ -63,20 +81,45 @@ class KillPoint:
 
 LOCAL = "runners.local"
 POINTS = [
-    KillPoint("generation: 2nd sampling call of step 2's rollouts", "runners.generation.hf:HFGenerator.generate", 2,
-              anchor=(f"{LOCAL}:play_step_mazes", 2)),
+    KillPoint(
+        "generation: 2nd sampling call of step 2's rollouts",
+        "runners.generation.hf:HFGenerator.generate",
+        2,
+        anchor=(f"{LOCAL}:play_step_mazes", 2),
+    ),
     KillPoint("update: step 2, after the optimizer step", f"{LOCAL}:update_step", 2, "after"),
-    KillPoint("sync publish: step 2's adapter renamed into place, LATEST not yet written",
-              "runners.sync:AdapterSync._write_latest", 2),
-    KillPoint("sync load: step 2's adapter loaded into the generator", "runners.generation.hf:HFGenerator.load_adapter", 2,
-              "after"),
-    KillPoint("checkpoint write: step 2's adapter written, trainer state not yet", "safetensors.torch:save_file", 1,
-              "after", anchor=(f"{LOCAL}:save_checkpoint", 2)),
-    KillPoint("checkpoint write: step 2's files written, no manifest, not renamed", "runners.checkpoint:write_manifest", 1,
-              anchor=(f"{LOCAL}:save_checkpoint", 2)),  # the adapter sync writes manifests too
-    KillPoint("checkpoint write: step 2 renamed into place, latest marker not yet",
-              "runners.checkpoint:CheckpointManager._write_latest", 2),
-    KillPoint("checkpoint written: step 2 committed, its metrics record not yet", f"{LOCAL}:save_checkpoint", 2, "after"),
+    KillPoint(
+        "sync publish: step 2's adapter renamed into place, LATEST not yet written",
+        "runners.sync:AdapterSync._write_latest",
+        2,
+    ),
+    KillPoint(
+        "sync load: step 2's adapter loaded into the generator",
+        "runners.generation.hf:HFGenerator.load_adapter",
+        2,
+        "after",
+    ),
+    KillPoint(
+        "checkpoint write: step 2's adapter written, trainer state not yet",
+        "safetensors.torch:save_file",
+        1,
+        "after",
+        anchor=(f"{LOCAL}:save_checkpoint", 2),
+    ),
+    KillPoint(
+        "checkpoint write: step 2's files written, no manifest, not renamed",
+        "runners.checkpoint:write_manifest",
+        1,
+        anchor=(f"{LOCAL}:save_checkpoint", 2),
+    ),  # the adapter sync writes manifests too
+    KillPoint(
+        "checkpoint write: step 2 renamed into place, latest marker not yet",
+        "runners.checkpoint:CheckpointManager._write_latest",
+        2,
+    ),
+    KillPoint(
+        "checkpoint written: step 2 committed, its metrics record not yet", f"{LOCAL}:save_checkpoint", 2, "after"
+    ),
     KillPoint("final eval: step 3's evaluation", f"{LOCAL}:eval_step", 1),
     KillPoint("final checkpoint committed, step 3's record not yet", f"{LOCAL}:save_checkpoint", 3, "after"),
     KillPoint("final adapter swapped in, eval_results.json not yet written", "runners.loop:write_json", 1),
@@ -86,8 +129,14 @@ POINTS = [
 def run_harness(options: list[str], args: list[str]) -> subprocess.CompletedProcess:
     """Run ``crash_harness.py OPTIONS -- ARGS`` on one thread; returns the finished process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, str(HARNESS), *options, "--", *args], check=False,
-                          capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(HARNESS), *options, "--", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def outcome(run_dir: Path) -> dict:
@@ -143,6 +192,8 @@ def test_sigkill_anywhere_resumes_to_the_reference_run(tmp_path):
     for point, result in zip(POINTS, results):
         print(f"  {'ok  ' if result is None else 'FAIL'} {point.name}")
 
-    print(f"crash matrix: {len(POINTS)} kill points, {recovered} resumed to the reference adapter "
-          f"({time.perf_counter() - t0:.0f}s)")
+    print(
+        f"crash matrix: {len(POINTS)} kill points, {recovered} resumed to the reference adapter "
+        f"({time.perf_counter() - t0:.0f}s)"
+    )
     assert not failures, "\n".join(failures)

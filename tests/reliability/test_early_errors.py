@@ -10,8 +10,15 @@ from runners.config import ConfigError, apply_overrides, validate
 from runners.presets import get_preset
 
 
-@pytest.mark.parametrize("kwargs, name", [('{"bogus": 1}', "bogus"), ('{"cell_px": 2}', "cell_px"),
-                                          ('{"shaping_gamma": 3}', "shaping_gamma"), ('{"size": 9}', "size")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ('{"bogus": 1}', "bogus"),
+        ('{"cell_px": 2}', "cell_px"),
+        ('{"shaping_gamma": 3}', "shaping_gamma"),
+        ('{"size": 9}', "size"),
+    ],
+)
 def test_env_kwargs_are_checked_by_validate(kwargs, name):
     config = apply_overrides(get_preset("cpu-tiny"), [f"rollout.env_kwargs={kwargs}"])
     with pytest.raises(ConfigError, match=f"rollout.env_kwargs.*{name}"):
@@ -68,6 +75,16 @@ def test_progress_bar_is_closed_when_training_fails(monkeypatch, tmp_path):
     monkeypatch.setattr(loop, "Progress", _Bar)
     config = apply_overrides(get_preset("cpu-tiny"), ["eval.before_rl=false"])
     with pytest.raises(RuntimeError, match="exploded"):
-        loop.run_rl_loop(config, _FailingBackend(), iter(range(100)), loop.LoopState(), tmp_path, None, _Metrics(),
-                         lambda m: None, None, 0.0)
+        loop.run_rl_loop(
+            config,
+            _FailingBackend(),
+            iter(range(100)),
+            loop.LoopState(),
+            tmp_path,
+            None,
+            _Metrics(),
+            lambda m: None,
+            None,
+            0.0,
+        )
     assert _Bar.opened and all(bar.closed for bar in _Bar.opened)

@@ -57,15 +57,30 @@ def test_stepping_before_reset_is_refused():
         VisMazeEnv().step(0)
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"max_moves": 2.5}, "max_moves"), ({"max_moves": 0}, "max_moves"), ({"max_moves": "20"}, "max_moves"),
-    ({"shaping_gamma": math.nan}, "shaping_gamma"), ({"shaping_gamma": math.inf}, "shaping_gamma"),
-    ({"shaping_gamma": 1.5}, "shaping_gamma"), ({"extra_openings": -0.1}, "extra_openings"),
-    ({"extra_openings": math.nan}, "extra_openings"), ({"size": 2001}, "size"), ({"size": 9.0}, "size"),
-    ({"size": 4}, "size"), ({"cell_px": 2.5}, "cell_px"), ({"cell_px": 10_000}, "cell_px"),
-    ({"shaping": "false"}, "shaping"), ({"require_stop": 1}, "require_stop"), ({"generator": "bogus"}, "generator"),
-    ({"obs_mode": "pixels"}, "obs_mode"), ({"start_goal": ["corners"]}, "start_goal"), ({"render_mode": "window"}, "render_mode"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"max_moves": 2.5}, "max_moves"),
+        ({"max_moves": 0}, "max_moves"),
+        ({"max_moves": "20"}, "max_moves"),
+        ({"shaping_gamma": math.nan}, "shaping_gamma"),
+        ({"shaping_gamma": math.inf}, "shaping_gamma"),
+        ({"shaping_gamma": 1.5}, "shaping_gamma"),
+        ({"extra_openings": -0.1}, "extra_openings"),
+        ({"extra_openings": math.nan}, "extra_openings"),
+        ({"size": 2001}, "size"),
+        ({"size": 9.0}, "size"),
+        ({"size": 4}, "size"),
+        ({"cell_px": 2.5}, "cell_px"),
+        ({"cell_px": 10_000}, "cell_px"),
+        ({"shaping": "false"}, "shaping"),
+        ({"require_stop": 1}, "require_stop"),
+        ({"generator": "bogus"}, "generator"),
+        ({"obs_mode": "pixels"}, "obs_mode"),
+        ({"start_goal": ["corners"]}, "start_goal"),
+        ({"render_mode": "window"}, "render_mode"),
+    ],
+)
 def test_bad_constructor_arguments_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):
         VisMazeEnv(**kwargs)
@@ -77,30 +92,35 @@ def test_gym_make_checks_arguments_too():
 
 
 def _maze_dict(**changes):
-    spec = MazeSpec(grid=np.array([[c == "#" for c in row] for row in [
-        "#######",
-        "#.....#",
-        "#.###.#",
-        "#.#.#.#",
-        "#.###.#",
-        "#.....#",
-        "#######"]]), start=(1, 1), goal=(5, 5))
+    spec = MazeSpec(
+        grid=np.array(
+            [
+                [c == "#" for c in row]
+                for row in ["#######", "#.....#", "#.###.#", "#.#.#.#", "#.###.#", "#.....#", "#######"]
+            ]
+        ),
+        start=(1, 1),
+        goal=(5, 5),
+    )
     data = spec.to_dict()
     data.pop("maze_id")
     data.update(changes)
     return data
 
 
-@pytest.mark.parametrize("maze, message", [
-    (_maze_dict(goal=[3, 3]), "cannot be reached"),
-    (_maze_dict(start=[1.0, 1]), "start"),
-    (_maze_dict(start=[1.5, 1]), "start"),
-    (_maze_dict(goal="55"), "goal"),
-    (_maze_dict(rows=["#######", "#..X..#", "#.###.#", "#.#.#.#", "#.###.#", "#.....#", "#######"]), "'X'"),
-    (_maze_dict(rows=["#######", "#.....#", "#.###.#", "#.#.#.#", "#.###.#", "#.....#", "######"]), "same length"),
-    (_maze_dict(start=[0, 0]), "on a wall"),
-    ([1, 2], "MazeSpec or its dict"),
-])
+@pytest.mark.parametrize(
+    "maze, message",
+    [
+        (_maze_dict(goal=[3, 3]), "cannot be reached"),
+        (_maze_dict(start=[1.0, 1]), "start"),
+        (_maze_dict(start=[1.5, 1]), "start"),
+        (_maze_dict(goal="55"), "goal"),
+        (_maze_dict(rows=["#######", "#..X..#", "#.###.#", "#.#.#.#", "#.###.#", "#.....#", "#######"]), "'X'"),
+        (_maze_dict(rows=["#######", "#.....#", "#.###.#", "#.#.#.#", "#.###.#", "#.....#", "######"]), "same length"),
+        (_maze_dict(start=[0, 0]), "on a wall"),
+        ([1, 2], "MazeSpec or its dict"),
+    ],
+)
 def test_bad_maze_options_are_refused(maze, message):
     env = VisMazeEnv(size=7, max_moves=20)
     with pytest.raises(ValueError, match=message) as info:

@@ -77,8 +77,7 @@ def test_vector_env_memory_stays_flat_over_100k_steps(mode):
     """100,000 env steps and over 10,000 resets of a 4-env vector env (sync or async, image and
     text observations) grow the resident memory of this process and of each async worker by less
     than 20 MB after warm-up."""
-    envs = gym.make_vec("VisMaze-v0", num_envs=NUM_ENVS, vectorization_mode=mode, obs_mode="both",
-                        max_moves=MAX_MOVES)
+    envs = gym.make_vec("VisMaze-v0", num_envs=NUM_ENVS, vectorization_mode=mode, obs_mode="both", max_moves=MAX_MOVES)
     try:
         rng = np.random.default_rng(0)
         procs = _processes(envs)
@@ -94,8 +93,10 @@ def test_vector_env_memory_stays_flat_over_100k_steps(mode):
 
     assert resets + ended >= RESETS, f"only {resets} resets and {ended} episode ends"
     growth = {name: after[name] - before[name] for name in procs}
-    print(f"\n{mode}: {ENV_STEPS} env steps, {resets} explicit resets + {ended} episode ends in {seconds:.1f} s "
-          f"({ENV_STEPS / seconds:,.0f} env steps/s)")
+    print(
+        f"\n{mode}: {ENV_STEPS} env steps, {resets} explicit resets + {ended} episode ends in {seconds:.1f} s "
+        f"({ENV_STEPS / seconds:,.0f} env steps/s)"
+    )
     for name in procs:
         print(f"  {name}: RSS {before[name]:.1f} -> {after[name]:.1f} MB ({growth[name]:+.2f} MB)")
     leaking = {name: round(g, 2) for name, g in growth.items() if g >= MAX_GROWTH_MB}

@@ -25,8 +25,15 @@ def calls(monkeypatch):
         return object()
 
     def eval_step(generator, config, set_name=None):
-        return {"solve_rate": 0.5, "solved": 32, "episodes": 64, "spl": 0.4, "invalid_action_rate": 0.0,
-                "mean_moves": 7.0, "by_size": {}}
+        return {
+            "solve_rate": 0.5,
+            "solved": 32,
+            "episodes": 64,
+            "spl": 0.4,
+            "invalid_action_rate": 0.0,
+            "mean_moves": 7.0,
+            "by_size": {},
+        }
 
     monkeypatch.setattr(local, "build_generator", build_generator)
     monkeypatch.setattr(local, "eval_step", eval_step)
@@ -38,8 +45,10 @@ def _run(tmp_path: Path) -> Path:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    config = cfgmod.apply_overrides(get_preset("cpu-tiny"), [f"run_dir={run}", f"model.path={model}", "sft.enabled=never",
-                                                             "rollout.max_moves=31", "maze.heldout_sets=[]"])
+    config = cfgmod.apply_overrides(
+        get_preset("cpu-tiny"),
+        [f"run_dir={run}", f"model.path={model}", "sft.enabled=never", "rollout.max_moves=31", "maze.heldout_sets=[]"],
+    )
     run.mkdir()
     (run / "config.json").write_text(json.dumps(cfgmod.to_dict(config)))
     manager = CheckpointManager(run / "checkpoints", log=lambda m: None)
@@ -75,9 +84,13 @@ def test_eval_refuses_a_dir_that_holds_no_run(tmp_path, calls, capsys):
 def test_eval_with_a_preset_still_evaluates_the_run(tmp_path, calls, capsys):
     run = _run(tmp_path)
     model = tmp_path / "model"
-    assert main(["eval", "--preset", "cpu-tiny", "--run-dir", str(run), f"model.path={model}", "sft.enabled=never"]) == 0
+    assert (
+        main(["eval", "--preset", "cpu-tiny", "--run-dir", str(run), f"model.path={model}", "sft.enabled=never"]) == 0
+    )
     assert calls["adapter"] == run / "checkpoints" / "step_000002" / "adapter"
-    assert calls["config"].rollout.max_moves == get_preset("cpu-tiny").rollout.max_moves  # the preset replaced the run's
+    assert (
+        calls["config"].rollout.max_moves == get_preset("cpu-tiny").rollout.max_moves
+    )  # the preset replaced the run's
     assert "Evaluated checkpoint" in capsys.readouterr().out
 
 

@@ -21,11 +21,30 @@ from runners.generation.base import GenerationResult
 from runners.rollout import RolloutConfig, collect_groups
 
 COUNT = 10_000
-NOISE = ("0123456789 \t\n\r!\"#$%&'()*+,-./:;=?@[\\]^_{|}~<>`" "\u00a0\u200b\u200f\u202e\u2028\ufeff\u0301"
-         "中文字符テスト🙂🔥💥ÆØÅ\x00\x01\x07\x1b\x7f\ud800\udfff")
-EMPTY_STRUCTURES = ["<action></action>", "<answer>   </answer>", "<action>", "</action>", "<action><answer>", "('move', 7)",
-                    "('move', 12)", "('move', -1)", "('stop', 3)", "Action: ", "Action:=", "<action>" + "9" * 300 + "</action>",
-                    "```\n```", "<<<<>>>>", "(((((((", "'" * 50, "\\u0075\\u0070"]
+NOISE = (
+    "0123456789 \t\n\r!\"#$%&'()*+,-./:;=?@[\\]^_{|}~<>`"
+    "\u00a0\u200b\u200f\u202e\u2028\ufeff\u0301"
+    "中文字符テスト🙂🔥💥ÆØÅ\x00\x01\x07\x1b\x7f\ud800\udfff"
+)
+EMPTY_STRUCTURES = [
+    "<action></action>",
+    "<answer>   </answer>",
+    "<action>",
+    "</action>",
+    "<action><answer>",
+    "('move', 7)",
+    "('move', 12)",
+    "('move', -1)",
+    "('stop', 3)",
+    "Action: ",
+    "Action:=",
+    "<action>" + "9" * 300 + "</action>",
+    "```\n```",
+    "<<<<>>>>",
+    "(((((((",
+    "'" * 50,
+    "\\u0075\\u0070",
+]
 
 
 def _noise(rng: random.Random, length: int) -> str:
@@ -36,8 +55,21 @@ def _explicit(rng: random.Random, action: int) -> str:
     name = ACTION_NAMES[action]
     name = rng.choice([name, name.upper(), name.capitalize()])
     # Spaces around it: a bare word glued to a letter or digit is part of another word.
-    return " " + rng.choice([f"<action>{name}</action>", f"< ACTION >{name}</action>", f"<answer> {name} </answer>",
-                             f"('move', {action})", f"(\"move\", '{name}')", f"Action: {name}", f"`{name}`"]) + " "
+    return (
+        " "
+        + rng.choice(
+            [
+                f"<action>{name}</action>",
+                f"< ACTION >{name}</action>",
+                f"<answer> {name} </answer>",
+                f"('move', {action})",
+                f"(\"move\", '{name}')",
+                f"Action: {name}",
+                f"`{name}`",
+            ]
+        )
+        + " "
+    )
 
 
 def hostile_replies(seed: int = 0, count: int = COUNT) -> list[tuple[object, int | None]]:
@@ -58,13 +90,25 @@ def hostile_replies(seed: int = 0, count: int = COUNT) -> list[tuple[object, int
         elif shape == 4:  # a huge reply: only its tail is read
             filler = "9" * rng.choice([10_000, 200_000, 1_000_000])
             ends = rng.random() < 0.5
-            out.append((filler + f"<action>{ACTION_NAMES[action]}</action>" if ends else
-                        f"<action>{ACTION_NAMES[action]}</action>" + filler, action if ends else None))
+            out.append(
+                (
+                    filler + f"<action>{ACTION_NAMES[action]}</action>"
+                    if ends
+                    else f"<action>{ACTION_NAMES[action]}</action>" + filler,
+                    action if ends else None,
+                )
+            )
         elif shape == 5:  # stop is not an action here
             out.append((_noise(rng, 30) + "<action>stop</action>", None))
         elif shape == 6:  # several tags: the last valid one wins
             names = [ACTION_NAMES[rng.randrange(4)] for _ in range(3)]
-            out.append(("".join(f"<action>{n}</action>{_noise(rng, 5)}" for n in names) + f"<action>{ACTION_NAMES[action]}</action>", action))
+            out.append(
+                (
+                    "".join(f"<action>{n}</action>{_noise(rng, 5)}" for n in names)
+                    + f"<action>{ACTION_NAMES[action]}</action>",
+                    action,
+                )
+            )
         elif shape == 7:
             out.append((rng.choice([None, b"<action>up</action>", 3, 2.5, ["up"], {"action": "up"}, object()]), None))
         elif shape == 8:  # runs that once made regexes backtrack
@@ -88,8 +132,10 @@ def test_the_parser_counts_every_hostile_reply_correctly_in_bounded_time():
         if parsed.action != expected or parsed.valid != (expected is not None):
             wrong.append((repr(reply)[:80], expected, parsed))
     total = time.perf_counter() - start
-    print(f"\n{len(REPLIES)} hostile replies: {sum(e is not None for _, e in REPLIES)} valid, "
-          f"{sum(e is None for _, e in REPLIES)} invalid, {total:.2f} s in all, worst {1e3 * worst:.1f} ms")
+    print(
+        f"\n{len(REPLIES)} hostile replies: {sum(e is not None for _, e in REPLIES)} valid, "
+        f"{sum(e is None for _, e in REPLIES)} invalid, {total:.2f} s in all, worst {1e3 * worst:.1f} ms"
+    )
     assert not wrong, wrong[:5]
     assert worst < 0.25 and total < 30
 

@@ -73,13 +73,27 @@ def test_a_key_escaping_through_a_symlink_is_rejected(tmp_path):
     assert "outside the checkpoint" in verify(path)
 
 
-@pytest.mark.parametrize("manifest", [
-    {"state.json": 1}, [], None, 3, "text", {"files": []}, {"files": None},
-    {"files": {"state.json": 1}}, {"files": {"state.json": None}}, {"files": {"state.json": {"sha256": "0" * 64}}},
-    {"files": {"state.json": {"bytes": 2}}}, {"files": {"state.json": {"bytes": "2", "sha256": "0" * 64}}},
-    {"files": {"state.json": {"bytes": True, "sha256": "0" * 64}}}, {"files": {"state.json": {"bytes": -1, "sha256": "0" * 64}}},
-    {"files": {"state.json": {"bytes": 2, "sha256": 5}}}, {"files": {}, "run_id": 7},
-])
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        {"state.json": 1},
+        [],
+        None,
+        3,
+        "text",
+        {"files": []},
+        {"files": None},
+        {"files": {"state.json": 1}},
+        {"files": {"state.json": None}},
+        {"files": {"state.json": {"sha256": "0" * 64}}},
+        {"files": {"state.json": {"bytes": 2}}},
+        {"files": {"state.json": {"bytes": "2", "sha256": "0" * 64}}},
+        {"files": {"state.json": {"bytes": True, "sha256": "0" * 64}}},
+        {"files": {"state.json": {"bytes": -1, "sha256": "0" * 64}}},
+        {"files": {"state.json": {"bytes": 2, "sha256": 5}}},
+        {"files": {}, "run_id": 7},
+    ],
+)
 def test_malformed_manifests_are_skipped_with_a_reason_not_a_traceback(tmp_path, manifest):
     messages = []
     manager = CheckpointManager(tmp_path, keep=5, log=messages.append)

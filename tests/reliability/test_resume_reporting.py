@@ -69,7 +69,14 @@ class _Backend:
         return {}
 
     def evaluate(self, set_name):
-        return {"solve_rate": 0.25, "solved": 16, "episodes": 64, "spl": 0.2, "invalid_action_rate": 0.0, "mean_moves": 5.0}
+        return {
+            "solve_rate": 0.25,
+            "solved": 16,
+            "episodes": 64,
+            "spl": 0.2,
+            "invalid_action_rate": 0.0,
+            "mean_moves": 5.0,
+        }
 
     def checkpoint(self, step, stream_state, extra):
         pass
@@ -85,12 +92,24 @@ class _Backend:
 
 
 def _loop(run_dir, state, stop_after=None, messages=None):
-    config = apply_overrides(get_preset("cpu-tiny"), ["loop.steps=4", "eval.every=0", "logging.progress=false",
-                                                      "maze.heldout_sets=[]", "loop.mazes_per_step=1"])
+    config = apply_overrides(
+        get_preset("cpu-tiny"),
+        ["loop.steps=4", "eval.every=0", "logging.progress=false", "maze.heldout_sets=[]", "loop.mazes_per_step=1"],
+    )
     metrics = MetricsLogger(run_dir, tensorboard=False)
     try:
-        run_rl_loop(config, _Backend([]), _Stream(), state, run_dir, CheckpointManager(run_dir / "c"), metrics,
-                    (messages if messages is not None else []).append, stop_after, 0.0)
+        run_rl_loop(
+            config,
+            _Backend([]),
+            _Stream(),
+            state,
+            run_dir,
+            CheckpointManager(run_dir / "c"),
+            metrics,
+            (messages if messages is not None else []).append,
+            stop_after,
+            0.0,
+        )
     finally:
         metrics.close()
 
@@ -103,8 +122,11 @@ def test_resumed_run_logs_each_step_once(tmp_path):
     with open(tmp_path / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 4, "phase": "rl", "lo')  # a torn line from the kill
     messages = []
-    _loop(tmp_path, LoopState(step=1, before=_Backend([]).evaluate("x"), history=[{"step": 0, "solve_rate": 0.25}]),
-          messages=messages)
+    _loop(
+        tmp_path,
+        LoopState(step=1, before=_Backend([]).evaluate("x"), history=[{"step": 0, "solve_rate": 0.25}]),
+        messages=messages,
+    )
     records = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records if r["phase"] == "rl"] == [1, 2, 3, 4]
     assert [r["step"] for r in records if r["phase"] == "eval"] == [0]
@@ -123,8 +145,11 @@ def test_resume_logs_the_record_of_a_step_killed_between_its_checkpoint_and_its_
     _loop(tmp_path, LoopState(), stop_after=1)  # step 1 logged; step 2's checkpoint committed, then "killed"
     messages = []
     saved = {"train/loss": 7.0}  # step 2's record as its checkpoint holds it
-    _loop(tmp_path, LoopState(step=2, before=_Backend([]).evaluate("x"), history=[{"step": 0, "solve_rate": 0.25}],
-                              record=saved), messages=messages)
+    _loop(
+        tmp_path,
+        LoopState(step=2, before=_Backend([]).evaluate("x"), history=[{"step": 0, "solve_rate": 0.25}], record=saved),
+        messages=messages,
+    )
     rl = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["phase"] == "rl"]
     assert [r["step"] for r in rl] == [1, 2, 3, 4]
     assert rl[1]["train/loss"] == 7.0

@@ -79,7 +79,9 @@ def test_checkpoint_round_trip_restores_optimizer_and_stream(tmp_path):
 
 
 def test_no_code_loads_pickles_from_disk():
-    pattern = re.compile(r"weights_only\s*=\s*False|pickle\.loads?\(|allow_pickle\s*=\s*True|yaml\.load\(|yaml\.unsafe_load")
+    pattern = re.compile(
+        r"weights_only\s*=\s*False|pickle\.loads?\(|allow_pickle\s*=\s*True|yaml\.load\(|yaml\.unsafe_load"
+    )
     offenders = []
     for package in ("mazegym", "algos", "runners", "scripts", "benchmarks", "examples", "tests"):
         for path in (ROOT / package).rglob("*.py"):
@@ -97,8 +99,14 @@ def test_a_real_lora_policy_checkpoint_round_trips_through_safe_loading(tmp_path
     from runners.generation.adapters import check_adapter
     from runners.tiny import build_tiny_text_lm
 
-    model = build_tiny_text_lm(tmp_path / "model", num_hidden_layers=1, hidden_size=64, intermediate_size=128,
-                               num_attention_heads=1, num_key_value_heads=1)
+    model = build_tiny_text_lm(
+        tmp_path / "model",
+        num_hidden_layers=1,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+    )
 
     def build():
         torch.manual_seed(0)
@@ -118,4 +126,7 @@ def test_a_real_lora_policy_checkpoint_round_trips_through_safe_loading(tmp_path
     for a, b in zip(policy.trainable_parameters(), fresh_policy.trainable_parameters()):
         assert torch.equal(a, b)
     saved = algorithm.state_dict()["optimizer"]["state"]
-    assert all(torch.equal(saved[k]["exp_avg"], fresh_algorithm.state_dict()["optimizer"]["state"][k]["exp_avg"]) for k in saved)
+    assert all(
+        torch.equal(saved[k]["exp_avg"], fresh_algorithm.state_dict()["optimizer"]["state"][k]["exp_avg"])
+        for k in saved
+    )

@@ -61,7 +61,9 @@ def _assert_serves(generator, adapter_dir: Path, version: int) -> None:
     assert generator.adapter_version == version
     served, saved = _served(generator), load_file(str(adapter_dir / "adapter_model.safetensors"))
     assert served.keys() == saved.keys()
-    assert all(torch.equal(served[k], saved[k]) for k in saved), "the generator serves other weights than the good adapter"
+    assert all(torch.equal(served[k], saved[k]) for k in saved), (
+        "the generator serves other weights than the good adapter"
+    )
 
 
 def _good_state(tmp_path, policy, generator) -> tuple[AdapterSync, int, Path]:
@@ -95,12 +97,21 @@ def _edit_alpha(path: Path) -> None:
 
 
 VERSION_DIR_DAMAGE = {
-    "truncated weights": (lambda d: _truncate(d / "adapter_model.safetensors"), "adapter_model.safetensors has .* bytes.*truncated"),
-    "flipped weight bytes": (lambda d: _flip_tail(d / "adapter_model.safetensors"), "adapter_model.safetensors does not match its sha256"),
+    "truncated weights": (
+        lambda d: _truncate(d / "adapter_model.safetensors"),
+        "adapter_model.safetensors has .* bytes.*truncated",
+    ),
+    "flipped weight bytes": (
+        lambda d: _flip_tail(d / "adapter_model.safetensors"),
+        "adapter_model.safetensors does not match its sha256",
+    ),
     "edited config": (lambda d: _edit_alpha(d / "adapter_config.json"), "adapter_config.json (has|does not match)"),
     "missing weights": (lambda d: (d / "adapter_model.safetensors").unlink(), "adapter_model.safetensors is missing"),
     "missing manifest": (lambda d: (d / "manifest.json").unlink(), "no manifest.json"),
-    "extra weights file": (lambda d: (d / "adapter_model.bin").write_bytes(b"\0" * 64), "unexpected file.*adapter_model.bin"),
+    "extra weights file": (
+        lambda d: (d / "adapter_model.bin").write_bytes(b"\0" * 64),
+        "unexpected file.*adapter_model.bin",
+    ),
 }
 
 
@@ -116,7 +127,9 @@ def test_damaged_published_adapter_is_refused_and_the_next_publish_recovers(tmp_
     corrupt, reason = VERSION_DIR_DAMAGE[damage]
     corrupt(broken_dir)
 
-    with pytest.raises(AdapterSyncError, match=rf"version {broken} .* broken, not loaded .*keeps version {good}\): {reason}"):
+    with pytest.raises(
+        AdapterSyncError, match=rf"version {broken} .* broken, not loaded .*keeps version {good}\): {reason}"
+    ):
         sync.pull(generator)
     _assert_serves(generator, good_dir, good)
     with pytest.raises(AdapterSyncError, match=reason):
@@ -148,7 +161,9 @@ def _latest_garbage(sync: AdapterSync, version: int) -> str:
     return "corrupt .*LATEST"
 
 
-@pytest.mark.parametrize("case", [_latest_missing, _latest_half_written, _latest_garbage], ids=["missing", "half-written", "garbage"])
+@pytest.mark.parametrize(
+    "case", [_latest_missing, _latest_half_written, _latest_garbage], ids=["missing", "half-written", "garbage"]
+)
 def test_latest_marker_naming_a_missing_or_half_written_version_is_refused(tmp_path, policy, generator, case):
     """``LATEST`` pointing at a version directory that does not exist or was never finished, or
     holding no version number, stops ``pull`` with a message; nothing is loaded."""
@@ -191,8 +206,11 @@ def test_read_only_sync_dir_fails_publish_with_a_message(tmp_path, policy, gener
     else:
         sync.sync_dir.chmod(0o555)
     try:
-        with pytest.raises(AdapterSyncError, match=rf"cannot publish adapter version {new} to .*sync: "
-                                                   rf"(Read-only file system|Permission denied).*version {good} stays published"):
+        with pytest.raises(
+            AdapterSyncError,
+            match=rf"cannot publish adapter version {new} to .*sync: "
+            rf"(Read-only file system|Permission denied).*version {good} stays published",
+        ):
             sync.publish(policy, new)
     finally:
         monkeypatch.undo()
@@ -244,9 +262,13 @@ def test_full_disk_during_publish_keeps_the_previous_version(tmp_path, policy, g
     if stage == "weights write":
         source = HalfWriter(good_dir)
     else:
-        _fsync_full_disk(monkeypatch, {"weights fsync": "adapter_model", "manifest fsync": "manifest",
-                                       "LATEST fsync": ".LATEST-"}[stage])
-    with pytest.raises(AdapterSyncError, match=rf"version {new} .*No space left on device.*version {good} stays published"):
+        _fsync_full_disk(
+            monkeypatch,
+            {"weights fsync": "adapter_model", "manifest fsync": "manifest", "LATEST fsync": ".LATEST-"}[stage],
+        )
+    with pytest.raises(
+        AdapterSyncError, match=rf"version {new} .*No space left on device.*version {good} stays published"
+    ):
         sync.publish(source, new)
     monkeypatch.undo()
 
@@ -298,10 +320,13 @@ def _consistent_tamper(data: dict) -> None:
 
 
 EVAL_DAMAGE = {
-    "truncated": (lambda p: p.write_text(p.read_text()[: 5000]), "broken eval set \\(JSONDecodeError"),
+    "truncated": (lambda p: p.write_text(p.read_text()[:5000]), "broken eval set \\(JSONDecodeError"),
     "flipped cell": (lambda p: _rewrite(p, _flip_cell), "broken eval set .*maze_id mismatch"),
     "maze dropped": (lambda p: _rewrite(p, lambda d: d["mazes"].pop()), "hashes to .*, pinned f83ac93470e37021"),
-    "consistent tamper": (lambda p: _rewrite(p, _consistent_tamper), "hashes to .*, pinned f83ac93470e37021: the file was edited or regenerated"),
+    "consistent tamper": (
+        lambda p: _rewrite(p, _consistent_tamper),
+        "hashes to .*, pinned f83ac93470e37021: the file was edited or regenerated",
+    ),
     "no mazes key": (lambda p: _rewrite(p, lambda d: d.pop("mazes")), "broken eval set \\(KeyError"),
 }
 

@@ -1,4 +1,4 @@
-"""`mazegym submit` uploads only tracked files plus explicit includes, never secrets or weights, and guards its token."""
+"""`mazegym submit` uploads only tracked files and explicit includes, never secrets or weights, and guards its token."""
 
 from __future__ import annotations
 
@@ -10,9 +10,20 @@ import pytest
 from runners import submit
 
 SOURCE = ["pyproject.toml", "runners/cli.py", "mazegym/data/eval.json"]
-SECRETS_AND_WEIGHTS = [".env", "secrets.json", ".ssh/id_rsa", ".netrc", ".ray/auth_token", "wandb/settings", "model.pt",
-                       "adapter/adapter_model.safetensors", "checkpoints/step_000001/state.json", "runs/x/metrics.jsonl",
-                       "deploy/.env.prod", "keys/server.pem"]
+SECRETS_AND_WEIGHTS = [
+    ".env",
+    "secrets.json",
+    ".ssh/id_rsa",
+    ".netrc",
+    ".ray/auth_token",
+    "wandb/settings",
+    "model.pt",
+    "adapter/adapter_model.safetensors",
+    "checkpoints/step_000001/state.json",
+    "runs/x/metrics.jsonl",
+    "deploy/.env.prod",
+    "keys/server.pem",
+]
 
 
 @pytest.fixture
@@ -83,7 +94,9 @@ def test_submit_run_hands_ray_only_the_staged_files_and_streams_logs(checkout, m
     assert capsys.readouterr().out == "line 1\nline 2\n"
 
 
-@pytest.mark.parametrize("address", ["http://10.0.0.5:8265", "head:8265", "http://ray.example.com:8265", "ws://1.2.3.4"])
+@pytest.mark.parametrize(
+    "address", ["http://10.0.0.5:8265", "head:8265", "http://ray.example.com:8265", "ws://1.2.3.4"]
+)
 def test_token_is_never_sent_in_clear_text_to_another_host(address):
     with pytest.raises(ValueError, match="clear text"):
         submit.check_token_transport(address, "tok")
@@ -91,8 +104,9 @@ def test_token_is_never_sent_in_clear_text_to_another_host(address):
         submit.make_client(address, "tok")
 
 
-@pytest.mark.parametrize("address", ["http://127.0.0.1:8265", "http://localhost:8265", "http://[::1]:8265",
-                                     "https://ray.example.com:8265"])
+@pytest.mark.parametrize(
+    "address", ["http://127.0.0.1:8265", "http://localhost:8265", "http://[::1]:8265", "https://ray.example.com:8265"]
+)
 def test_token_may_go_to_loopback_or_over_https(address):
     submit.check_token_transport(address, "tok")
     submit.check_token_transport("http://10.0.0.5:8265", None)  # no token, nothing to protect
