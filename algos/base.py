@@ -126,7 +126,7 @@ class Strategy:
 
     :class:`Algorithm` calls it once per optimizer step (:meth:`clip_gradients`, between the
     last backward and ``optimizer.step()``); a sharded runner synchronises its ranks and
-    reduces their gradients there (``runners.fsdp.Lockstep``).
+    reduces their gradients there (``runners.dist.fsdp.Lockstep``).
     """
 
     def clip_gradients(self, algorithm: "Algorithm") -> float:
@@ -309,7 +309,7 @@ class Algorithm:
         # The batch stays on the CPU (the policy may run on a GPU); each micro-batch moves its rows to the
         # policy's device.
         if need_forward:
-            outs = [self.policy.evaluate(chunk) for chunk in self._chunks(turns)]
+            outs = [self.policy.score_turns(chunk) for chunk in self._chunks(turns)]
             recomputed = _cat_padded([o.logprobs.detach().cpu() for o in outs], length)
             if self.policy.has_value_head:
                 batch["old_values"] = torch.cat([o.values.detach().cpu() for o in outs]).float()
@@ -319,7 +319,7 @@ class Algorithm:
             diff = (recomputed - rollout).abs()
             batch["rollout_logprob_diff"] = losses.masked_mean(diff, has_rollout)
         if c.kl_coef > 0:
-            refs = [self.policy.evaluate(chunk, reference=True).logprobs.cpu() for chunk in self._chunks(turns)]
+            refs = [self.policy.score_turns(chunk, reference=True).logprobs.cpu() for chunk in self._chunks(turns)]
             batch["ref_logprobs"] = _cat_padded(refs, length)
         return batch
 
@@ -443,7 +443,7 @@ class Algorithm:
         for start in range(0, len(rows), micro):
             sub = rows[start : start + micro]
             totals = {"tokens": tokens, "seqs": seqs, "max_len": max_len}
-            out = self.policy.evaluate([turns[i] for i in sub.tolist()])
+            out = self.policy.score_turns([turns[i] for i in sub.tolist()])
             sub_batch = {k: v[sub].to(out.logprobs.device) for k, v in batch.items() if k != "mask"}
             loss, m = self.compute_loss(out, sub_batch, totals)
             loss.backward()

@@ -24,7 +24,7 @@ from algos.data import Turn
 
 @dataclass
 class PolicyOutput:
-    """What :meth:`Policy.evaluate` returns for a batch of B turns."""
+    """What :meth:`Policy.score_turns` returns for a batch of B turns."""
 
     logprobs: torch.Tensor
     """[B, L] float: log-prob of each response token under the current weights; 0 where masked."""
@@ -45,9 +45,9 @@ class Policy(Protocol):
     """
 
     has_value_head: bool
-    """True when :meth:`evaluate` fills :attr:`PolicyOutput.values` (needed by PPO)."""
+    """True when :meth:`score_turns` fills :attr:`PolicyOutput.values` (needed by PPO)."""
 
-    def evaluate(self, turns: Sequence[Turn], *, reference: bool = False) -> PolicyOutput:
+    def score_turns(self, turns: Sequence[Turn], *, reference: bool = False) -> PolicyOutput:
         """Score each turn's response under the current weights (one row per turn).
 
         ``reference=True`` scores under the KL reference policy instead (for LoRA policies:

@@ -40,7 +40,7 @@ def job_overrides(run_dir: Path, steps: int, mazes: int, group: int) -> list[str
 
 def summarize_run(run_dir: Path, wall: float) -> dict[str, float]:
     """Mean per-step phase seconds (step 1 and the final eval excluded), sync latencies and throughput of one run."""
-    from runners.metrics import read_jsonl
+    from runners.train.metrics import read_jsonl
 
     recs = [r for r in read_jsonl(run_dir / "metrics.jsonl", phase="rl") if r["step"] > 1]
     if not recs:
@@ -73,7 +73,7 @@ def run_local(base: Path, args: argparse.Namespace) -> dict[str, float]:
     """The local runner on the benchmark job."""
     from runners import local
     from runners.config import apply_overrides
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     run_dir = base / "local"
     cfg = apply_overrides(get_preset("cpu-tiny"), job_overrides(run_dir, args.steps, args.mazes, args.group))
@@ -84,9 +84,9 @@ def run_local(base: Path, args: argparse.Namespace) -> dict[str, float]:
 
 def run_ray(base: Path, workers: int, args: argparse.Namespace) -> dict[str, float]:
     """The Ray runner on the benchmark job with ``workers`` worker bundles."""
-    from runners import ray_runner
+    from runners.dist import ray_runner
     from runners.config import apply_overrides
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     run_dir = base / f"ray{workers}"
     cfg = apply_overrides(

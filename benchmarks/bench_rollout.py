@@ -37,20 +37,17 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def make_generator(backend: str, model_path: Path, lora_rank: int):
-    if backend == "hf":
-        from runners.generation.hf import HFGenerator
+def make_generator(engine: str, model_path: Path, lora_rank: int):
+    """The sampler for ``engine`` (hf or vllm), built as a run builds it (:func:`runners.build.build_generator`)."""
+    from runners.build import build_generator
+    from runners.config import TrainConfig, apply_overrides
 
-        return HFGenerator(model_path)
-    if backend == "vllm":
-        from runners.generation.vllm import VLLMGenerator
-
-        return VLLMGenerator(model_path, dtype="float32", max_lora_rank=lora_rank, kv_cache_gib=2)
-    raise ValueError(f"unknown backend {backend!r}")
+    config = apply_overrides(TrainConfig(), [f"loop.engine={engine}", f"lora.rank={lora_rank}", "model.dtype=float32"])
+    return build_generator(config, model_path)
 
 
 def bench_rollouts(gen, mazes, config, rounds: int) -> dict:
-    from runners.rollout import collect_groups
+    from runners.rollout.collect import collect_groups
 
     collect_groups(gen, mazes[:2], config, seed=999)  # warm-up (allocations, kernels, caches)
     times, episodes, tokens, turns = [], 0, 0, 0
@@ -76,7 +73,7 @@ def bench_sync(gen, model_path: Path, lora_rank: int, syncs: int, sync_dir: Path
     import torch
 
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
-    from runners.sync import AdapterSync
+    from runners.train.sync import AdapterSync
 
     policy = LoRALMPolicy.from_pretrained(
         model_path, lora=LoRAConfig(rank=lora_rank, alpha=2 * lora_rank), dtype=torch.float32
@@ -101,7 +98,7 @@ def main() -> None:
     import torch
 
     from mazegym.maze import sample_maze
-    from runners.rollout import RolloutConfig
+    from runners.rollout.collect import RolloutConfig
     from runners.tiny import build_tiny_text_lm
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))

@@ -24,11 +24,14 @@ import numpy as np
 
 from mazegym.evalsets import load_eval_set
 from mazegym.solver import bfs_distances, next_cell
-from runners.checkpoint import CheckpointManager
+from runners.train.checkpoint import CheckpointManager
 from runners.config import from_dict
-from runners.local import build_generator, find_sft_checkpoint, prepare_base_model, rollout_config, set_threads
+from runners.build import build_generator, prepare_base_model
+from runners.train.sft import find_sft_checkpoint
+from runners.config.derived import rollout_config
+from runners.train.steps import set_threads
 from mazegym.llm import format_action
-from runners.rollout import (
+from runners.rollout.collect import (
     SamplingConfig,
     cell_prompts,
     continuation_values,
@@ -42,7 +45,7 @@ def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
     """Per-cell figures of one policy's greedy moves (``moves_at[i][cell]``) against BFS.
 
     The branch labels are the greedy continuation's unless ``worths[i][cell]`` gives each move's
-    worth (:func:`runners.rollout.continuation_values`, the recipe's sampled continuations).
+    worth (:func:`runners.rollout.collect.continuation_values`, the recipe's sampled continuations).
     """
     optimal, on_path, off_path, labelled, label_optimal, solved = [], [], [], 0, [], 0
     for i, (maze, moves) in enumerate(zip(mazes, moves_at)):

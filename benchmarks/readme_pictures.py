@@ -17,7 +17,7 @@ from PIL import Image
 
 from mazegym.evalsets import load_eval_set
 from mazegym.recording import maze_grid, save_gif
-from runners.evaluate import list_eval_records, replay_record
+from runners.rollout.evaluate import list_eval_records, replay_record
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ from algos.models.maze_vlm import MazeVLMImageProcessor, RecurrentConvEncoder
 from mazegym.evalsets import MazeStream, load_eval_set
 from mazegym.render import render_frame
 from mazegym.solver import bfs_distances, next_cell
-from runners.rollout import greedy_moves_to_goal
+from runners.rollout.collect import greedy_moves_to_goal
 
 
 def parse_args() -> argparse.Namespace:
@@ -251,7 +251,7 @@ def main() -> None:
         mazes = [next(stream) for _ in range(a.mazes)]
         specs = [m for m in mazes for _ in range(a.group)]
         if a.random_starts:
-            from runners.sft import _random_start
+            from runners.train.sft import _random_start
 
             specs = [_random_start(s, start_rng) for s in specs]
         done, trajs = play(specs, False, generator)

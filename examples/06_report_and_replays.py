@@ -26,7 +26,7 @@ from algos.policies.net import MazeNetPolicy
 from mazegym import EVAL_SETS, load_eval_set
 from mazegym.recording import maze_grid, replay, save_gif
 from runners.cli import main as mazegym_cli
-from runners.evaluate import list_eval_records, write_eval_records
+from runners.rollout.evaluate import list_eval_records, write_eval_records
 
 SET = "heldout-7x7"
 

@@ -22,7 +22,7 @@ import torch
 import algos
 from algos.net_rollout import play_mazes, sample_mazes
 from algos.policies.net import MazeNetPolicy
-from runners.evaluate import oracle_progress
+from runners.rollout.evaluate import oracle_progress
 
 
 def separation(advantages: torch.Tensor, good: torch.Tensor) -> tuple[float, float, float, float]:

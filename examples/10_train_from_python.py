@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from runners.config import apply_overrides, validate  # noqa: E402
 from runners.local import report, train  # noqa: E402
-from runners.presets import get_preset  # noqa: E402
+from runners.config.presets import get_preset  # noqa: E402
 
 SMOKE = [
     "sft.vision_steps=2",

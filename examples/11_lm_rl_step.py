@@ -27,10 +27,10 @@ import torch  # noqa: E402
 import algos  # noqa: E402
 from algos.policies.lm import LoRAConfig, LoRALMPolicy  # noqa: E402
 from mazegym.evalsets import MazeStream, load_eval_set  # noqa: E402
-from runners.evaluate import evaluate_set  # noqa: E402
-from runners.generation.hf import HFGenerator  # noqa: E402
-from runners.rollout import RolloutConfig, collect_groups  # noqa: E402
-from runners.sync import AdapterSync  # noqa: E402
+from runners.rollout.evaluate import evaluate_set  # noqa: E402
+from runners.rollout.generation.hf import HFGenerator  # noqa: E402
+from runners.rollout.collect import RolloutConfig, collect_groups  # noqa: E402
+from runners.train.sync import AdapterSync  # noqa: E402
 from runners.tiny import build_maze_vlm  # noqa: E402
 
 
@@ -72,8 +72,8 @@ def main() -> None:
 
     def solve_rate() -> float:
         if a.smoke:  # a slice of the fixed set keeps CI fast
-            from runners.evaluate import eval_summary
-            from runners.rollout import evaluate_mazes
+            from runners.rollout.evaluate import eval_summary
+            from runners.rollout.collect import evaluate_mazes
 
             episodes = evaluate_mazes(generator, load_eval_set(eval_set)[:n_eval], rollout)
             return eval_summary(eval_set, episodes, rollout)["solve_rate"]

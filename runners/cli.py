@@ -63,7 +63,7 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace):
     """Preset -> config files -> --run-dir / --resume -> KEY=VALUE overrides."""
     from runners.config import apply_overrides, load_config_file
-    from runners.presets import DEFAULT_PRESET, get_preset
+    from runners.config.presets import DEFAULT_PRESET, get_preset
 
     config = get_preset(args.preset or DEFAULT_PRESET)
     for path in args.config:
@@ -78,7 +78,7 @@ def build_config(args: argparse.Namespace):
 
 def _fields_help(preset: str) -> str:
     from runners.config import describe_fields
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     rows = describe_fields(get_preset(preset))
     out = [COMMON_EPILOG.format(preset=preset)]
@@ -104,7 +104,7 @@ def _preset_from_argv(argv: list[str]) -> str:
             return argv[i + 1]
         if a.startswith("--preset="):
             return a.split("=", 1)[1]
-    from runners.presets import DEFAULT_PRESET
+    from runners.config.presets import DEFAULT_PRESET
 
     return DEFAULT_PRESET
 
@@ -120,12 +120,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     validate(config)
     if config.runner.kind == "ray":
         try:
-            from runners import ray_runner
+            from runners.dist import ray_runner
         except ImportError as exc:
             raise SystemExit(f"runner.kind=ray needs ray (pip install 'ray[default]'): {exc}")
         if not hasattr(ray_runner, "train"):
             raise SystemExit(
-                "runner.kind=ray: runners.ray_runner.train is not available in this build; use runner.kind=local"
+                "runner.kind=ray: runners.dist.ray_runner.train is not available in this build; use runner.kind=local"
             )
         result = ray_runner.train(config, command=_command(args))
     else:
@@ -140,14 +140,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _command(args: argparse.Namespace) -> str | None:
     """The command line that is running, as the run records it (``None`` when unknown)."""
-    from runners.report import command_line
+    from runners.artifacts.report import command_line
 
     return command_line(args.argv) if getattr(args, "argv", None) is not None else None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write a run's self-contained HTML report."""
-    from runners.report import write_report
+    from runners.artifacts.report import write_report
 
     out = write_report(args.run_dir, args.out, replays=args.replays)
     print(f"Report: {out}")
@@ -157,8 +157,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_sft(args: argparse.Namespace) -> int:
     """Only the supervised stage; evaluates the result on the fixed set."""
     from runners.config import validate
-    from runners.evaluate import format_table, write_json
-    from runners.local import build_generator, eval_step, prepare_base_model, run_sft, set_threads
+    from runners.rollout.evaluate import format_table, write_json
+    from runners.build import build_generator, prepare_base_model, run_sft
+    from runners.train.steps import eval_step, set_threads
 
     config = build_config(args)
     validate(config)
@@ -210,10 +211,11 @@ def eval_config(args: argparse.Namespace):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
-    from runners.checkpoint import CheckpointManager
+    from runners.train.checkpoint import CheckpointManager
     from runners.config import validate
-    from runners.evaluate import format_table, write_json
-    from runners.local import build_generator, eval_step, find_sft_checkpoint, prepare_base_model, set_threads
+    from runners.rollout.evaluate import format_table, write_json
+    from runners.build import build_generator, trained_model
+    from runners.train.steps import eval_step, set_threads
 
     config = eval_config(args)
     validate(config)
@@ -237,10 +239,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             )
     model_dir = Path(args.model) if args.model else None
     if model_dir is None:
-        sft = find_sft_checkpoint(config) if config.sft.enabled != "never" else None
-        model_dir = sft if sft is not None and (sft / "config.json").is_file() else prepare_base_model(config)
-        if adapter is None and sft is not None and not (sft / "config.json").is_file():
-            adapter = sft
+        model_dir, sft_adapter, sft = trained_model(config)
+        adapter = adapter if adapter is not None else sft_adapter
         if what is None:
             what = (
                 f"SFT result {sft} (the run has no RL checkpoint)"
@@ -266,6 +266,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     """A person plays a maze in the terminal (w/a/s/d or words) or in a window."""
+    from mazegym.manual_control import play
+
     return play(
         size=args.size,
         max_moves=args.max_moves,
@@ -276,89 +278,9 @@ def cmd_play(args: argparse.Namespace) -> int:
     )
 
 
-KEYS = {"w": 1, "up": 1, "k": 1, "a": 2, "left": 2, "h": 2, "s": 3, "down": 3, "j": 3, "d": 0, "right": 0, "l": 0}
-"""Keys a person can type in `mazegym play` -> env action (0=right 1=up 2=left 3=down)."""
-
-
-def play(
-    size: int = 9,
-    max_moves: int | None = None,
-    seed: int | None = None,
-    eval_set: str | None = None,
-    index: int = 0,
-    window: bool = False,
-    input_fn=input,
-    out=print,
-) -> int:
-    """Play one maze interactively; returns 0 when solved, 1 otherwise."""
-    import mazegym
-    from mazegym.envs.vismaze import VisMazeEnv
-    from mazegym.evalsets import EVAL_SETS, load_eval_set
-
-    options = None
-    if eval_set:
-        mazes = load_eval_set(eval_set)
-        if not 0 <= index < len(mazes):
-            raise ValueError(f"--index must be in 0..{len(mazes) - 1}")
-        size, max_moves = mazes[index].size, max_moves or EVAL_SETS[eval_set].max_moves
-        options = {"maze": mazes[index]}
-    if max_moves is None:
-        known = [kw["max_moves"] for kw in mazegym.REGISTERED_ENVS.values() if kw["size"] == size]
-        max_moves = known[0] if known else 2 * size
-    env = VisMazeEnv(size=size, max_moves=max_moves, obs_mode="both" if window else "text")
-    obs, info = env.reset(seed=seed, options=options)
-    viewer = _Viewer() if window else None
-    out(f"Reach G from A in at most {max_moves} moves (shortest: {info['optimal_moves']}). w/a/s/d or words; q quits.")
-    while True:
-        out(obs["text"])
-        if viewer is not None:
-            viewer.show(obs["image"])
-        key = input_fn(f"move {info['moves'] + 1}/{max_moves}> ").strip().lower()
-        if key in ("q", "quit", "exit"):
-            out("Bye.")
-            return 1
-        if key not in KEYS:
-            out("Type w (up), a (left), s (down), d (right) or q.")
-            continue
-        obs, reward, terminated, truncated, info = env.step(KEYS[key])
-        out(info["feedback"])
-        if terminated or truncated:
-            out(obs["text"])
-            solved = bool(info["is_success"])
-            out(f"{'Solved' if solved else 'Not solved'} in {info['moves']} moves (shortest {info['optimal_moves']}).")
-            return 0 if solved else 1
-
-
-class _Viewer:
-    """A small tkinter window showing the image observation."""
-
-    def __init__(self) -> None:
-        try:
-            import tkinter as tk
-        except ImportError:
-            raise SystemExit("--window needs tkinter (apt install python3-tk); play in the terminal without --window")
-        try:
-            self.root = tk.Tk()
-        except Exception as exc:
-            raise SystemExit(f"--window: cannot open a window ({exc}); play in the terminal without --window")
-        self.root.title("mazegym play")
-        self.label = tk.Label(self.root)
-        self.label.pack()
-
-    def show(self, image) -> None:
-        """Display an HxWx3 uint8 frame."""
-        from PIL import Image, ImageTk
-
-        self.photo = ImageTk.PhotoImage(
-            Image.fromarray(image).resize((image.shape[1] * 2, image.shape[0] * 2), Image.NEAREST)
-        )
-        self.label.configure(image=self.photo)
-        self.root.update()
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     """Write the adapter (and optionally a merged model) for vLLM or transformers."""
-    from runners.export import export
+    from runners.artifacts.export import export
 
     config = build_config(args)
     out = export(config, checkpoint=args.checkpoint, out_dir=args.out, merged=args.merged, force=args.force)
@@ -369,7 +291,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     """List presets (and, with --algo, an algorithm's hyperparameters)."""
     from runners.config import describe_fields
-    from runners.presets import PRESETS
+    from runners.config.presets import TRAINING_PRESETS
 
     if args.algo:
         import algos
@@ -378,7 +300,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
         for key, value, doc in describe_fields(cls()):
             print(f"algo.{key} = {value}\n    {doc}")
         return 0
-    for name, fn in PRESETS.items():
+    for name, fn in TRAINING_PRESETS.items():
         doc = (fn.__doc__ or "").strip().splitlines()[0]
         print(f"{name:<22} {doc}")
     return 0
@@ -431,10 +353,10 @@ def print_plan(config) -> int:
         f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= "
         f"{r.max_moves} turns each,"
         f" obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
-        f"  generation   backend {loop.backend}"
+        f"  generation   engine {loop.engine}"
         + (
             f", vLLM gpu_memory_utilization {config.runner.vllm_gpu_memory_utilization}"
-            if loop.backend == "vllm"
+            if loop.engine == "vllm"
             else ""
         ),
         f"  runner       {config.runner.kind}: {config.runner.num_workers} worker(s), {config.runner.num_gpus} GPU(s)"
@@ -577,7 +499,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         help="replace --out even when it is a non-empty directory that holds no earlier export",
     )
 
-    from runners.submit import add_submit_command
+    from runners.dist.submit import add_submit_command
 
     add_submit_command(sub)
 
@@ -590,7 +512,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mazegym`` script."""
     from runners.config import ConfigError
-    from runners.sync import AdapterSyncError
+    from runners.train.sync import AdapterSyncError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

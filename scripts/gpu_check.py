@@ -153,7 +153,7 @@ PACKAGES = (
 
 @step("environment")
 def check_environment() -> str:
-    """Versions, the GPU and its memory, NCCL, and the FSDP2 methods runners.fsdp calls."""
+    """Versions, the GPU and its memory, NCCL, and the FSDP2 methods runners.dist.fsdp calls."""
     from importlib import metadata
 
     import torch
@@ -188,7 +188,7 @@ def check_environment() -> str:
         from torch.distributed.fsdp import FSDPModule
 
         lines.append(
-            "FSDPModule methods runners.fsdp uses: "
+            "FSDPModule methods runners.dist.fsdp uses: "
             + ", ".join(
                 f"{m} {'yes' if hasattr(FSDPModule, m) else 'MISSING'}"
                 for m in (
@@ -208,8 +208,8 @@ def check_hf_vlm(vlm_path: Path, device: str) -> str:
     """Tiny Qwen2-VL, fp32: image episodes; sampling log-probs equal a teacher-forced forward (< 1e-3)."""
     import numpy as np
 
-    from runners.generation.hf import HFGenerator
-    from runners.rollout import RolloutConfig, collect_groups
+    from runners.rollout.generation.hf import HFGenerator
+    from runners.rollout.collect import RolloutConfig, collect_groups
 
     gen = HFGenerator(vlm_path, device=device, dtype="float32")
     config = RolloutConfig(group_size=2, max_moves=3, max_new_tokens=8, obs_mode="image", history="full")
@@ -237,8 +237,8 @@ def _policy(path: Path, device: str, rank: int = 8):
 
 
 def _sync_and_probe(gen, policy, sync_dir: Path, tolerance: float) -> str:
-    from runners.parity import ParityProbe, StaleWeightsError
-    from runners.sync import AdapterSync
+    from runners.train.parity import ParityProbe, StaleWeightsError
+    from runners.train.sync import AdapterSync
 
     sync = AdapterSync(sync_dir)
     probe = ParityProbe.from_encoder(gen.encoder, tolerance=tolerance)
@@ -264,7 +264,7 @@ def _sync_and_probe(gen, policy, sync_dir: Path, tolerance: float) -> str:
 @step("hf-lora-parity")
 def check_hf_lora(text_path: Path, device: str, work: Path) -> str:
     """Trainer LoRA policy -> AdapterSync -> hf generator; the parity probe passes and catches a skipped sync."""
-    from runners.generation.hf import HFGenerator
+    from runners.rollout.generation.hf import HFGenerator
 
     gen = HFGenerator(text_path, device=device, dtype="float32")
     return _sync_and_probe(gen, _policy(text_path, device), work / "sync_hf", tolerance=1e-3)
@@ -272,7 +272,7 @@ def check_hf_lora(text_path: Path, device: str, work: Path) -> str:
 
 def _vllm_generator(path: Path, **kwargs):
     """Start vLLM fp32 first (exact parity); fall back to bf16 if the GPU attention backend refuses fp32."""
-    from runners.generation.vllm import VLLMGenerator
+    from runners.rollout.generation.vllm import VLLMGenerator
 
     try:
         return VLLMGenerator(path, dtype="float32", max_lora_rank=8, gpu_memory_utilization=0.3, **kwargs), "float32"
@@ -309,8 +309,8 @@ def check_vllm_text(text_path: Path, device: str, work: Path) -> str:
     import numpy as np
     import torch
 
-    from runners.parity import tolerance_for
-    from runners.rollout import RolloutConfig, collect_groups
+    from runners.train.parity import tolerance_for
+    from runners.rollout.collect import RolloutConfig, collect_groups
 
     _need_vllm_on_gpu()
     gen, dtype = _vllm_generator(text_path)
@@ -319,7 +319,7 @@ def check_vllm_text(text_path: Path, device: str, work: Path) -> str:
         episodes = collect_groups(gen, mazes(2), RolloutConfig(group_size=4, max_moves=3, max_new_tokens=8), seed=0)
         turns = [t for e in episodes for t in e.turns]
         with torch.no_grad():
-            out = policy.evaluate(turns)
+            out = policy.score_turns(turns)
         gap = max(
             float(np.abs(out.logprobs[i, : len(t.logprobs)].cpu().numpy() - np.array(t.logprobs)).max())
             for i, t in enumerate(turns)
@@ -336,10 +336,10 @@ def check_vllm_vlm(vlm_path: Path, device: str, work: Path) -> str:
     import numpy as np
     import torch
 
-    from runners.generation.base import Prompt, SamplingConfig
-    from runners.generation.hf import HFGenerator
-    from runners.rollout import RolloutConfig, collect_groups
-    from runners.sync import AdapterSync
+    from runners.rollout.generation.base import Prompt, SamplingConfig
+    from runners.rollout.generation.hf import HFGenerator
+    from runners.rollout.collect import RolloutConfig, collect_groups
+    from runners.train.sync import AdapterSync
 
     _need_vllm_on_gpu()
     try:
@@ -367,7 +367,7 @@ def check_vllm_vlm(vlm_path: Path, device: str, work: Path) -> str:
         after = gen.generate([Prompt(t.prompt_ids, t.images)], SamplingConfig(max_new_tokens=8, temperature=0.0))[0]
         changed = before.response_ids != after.response_ids
         with torch.no_grad():
-            trainer = policy.evaluate([_turn(t.prompt_ids, after.response_ids, t.images)]).logprobs[0].cpu().numpy()
+            trainer = policy.score_turns([_turn(t.prompt_ids, after.response_ids, t.images)]).logprobs[0].cpu().numpy()
         lora_gap = float(np.abs(np.array(gen.score(t.prompt_ids, after.response_ids, t.images)) - trainer).max())
         return (
             f"dtype {dtype}; image episodes OK; max |vllm - hf| log-prob on image prompts = {max(gaps):.2e}; "
@@ -386,8 +386,8 @@ def _turn(prompt_ids, response_ids, images):
 @step("real-model")
 def check_real_model(model: str | None, device: str) -> str:
     """A real local checkpoint (``--model``): one batched hf turn of a maze prompt in bf16."""
-    from runners.generation.hf import HFGenerator
-    from runners.rollout import RolloutConfig, collect_groups
+    from runners.rollout.generation.hf import HFGenerator
+    from runners.rollout.collect import RolloutConfig, collect_groups
 
     if not model:
         raise SkipStep("no --model PATH given")

@@ -8,14 +8,14 @@ PASS / FAIL / SKIP with the reason, then a JSON summary (``--json PATH``, defaul
     python scripts/gpu_ray_check.py --json gpu_ray_check.json
 
 1. ``environment``  torch sees a GPU (and NCCL); which of vllm / ray import.
-2. ``fsdp2_nccl``   ``runners.fsdp`` on the NCCL backend (world size 1, in a child process): a bf16
+2. ``fsdp2_nccl``   ``runners.dist.fsdp`` on the NCCL backend (world size 1, in a child process): a bf16
                     model with an fp32 LoRA sharded with FSDP2, one lockstep update (recomputed
                     old log-probs and a KL reference forward, two optimizer steps), the full
                     adapter gathered, written and loaded back into a fresh sharded policy. Needs
                     only CUDA. ``--cpu-rehearsal`` runs it on gloo + CPU where there is no GPU.
 3. ``vllm_sleep``   a vLLM engine with sleep mode frees GPU memory on ``sleep(level=1)`` and
                     samples again after ``wake_up()``.
-4. ``ray_runner``   ``runners.ray_runner.train`` on 1 GPU: vLLM backend, NCCL process group,
+4. ``ray_runner``   ``runners.dist.ray_runner.train`` on 1 GPU: vLLM backend, NCCL process group,
                     engine asleep during updates, adapter sync + parity probe every step.
 
 On a machine without a GPU (or without vllm / ray) every check that needs it is SKIPPED with
@@ -98,7 +98,7 @@ def build_tiny(out: Path) -> Path:
 
 
 def _fsdp2_child(model_dir: str, queue, backend: str = "nccl", device: str = "cuda") -> None:
-    """runners.fsdp on one rank: shard a bf16 model with an fp32 LoRA (the GPU preset's dtypes), one
+    """runners.dist.fsdp on one rank: shard a bf16 model with an fp32 LoRA (the GPU preset's dtypes), one
     lockstep update, gather the adapter, write it, load it into a fresh sharded policy."""
     import datetime
 
@@ -108,7 +108,7 @@ def _fsdp2_child(model_dir: str, queue, backend: str = "nccl", device: str = "cu
     import algos
     from algos.data import Episode, Turn
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
-    from runners import fsdp
+    from runners.dist import fsdp
 
     try:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -185,7 +185,7 @@ def _free_port() -> int:
 
 
 def check_fsdp2_nccl(model_dir: Path, backend: str = "nccl", device: str = "cuda", timeout: float = 300) -> dict:
-    """runners.fsdp (FSDP2 + PEFT LoRA, lockstep update, adapter gather/save/load) on NCCL, in a child process."""
+    """runners.dist.fsdp (FSDP2 + PEFT LoRA, lockstep update, adapter gather/save/load) on NCCL, in a child process."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -203,8 +203,8 @@ def check_vllm_sleep(model_dir: Path) -> dict:
     """Sleep mode: memory freed while asleep, sampling works after waking."""
     import torch
 
-    from runners.generation.base import Prompt, SamplingConfig
-    from runners.generation.vllm import VLLMGenerator
+    from runners.rollout.generation.base import Prompt, SamplingConfig
+    from runners.rollout.generation.vllm import VLLMGenerator
 
     gen = VLLMGenerator(str(model_dir), enable_sleep_mode=True, gpu_memory_utilization=0.3, max_lora_rank=16)
     prompt = Prompt(prompt_ids=gen.encoder.encode([{"role": "user", "content": "hello"}])[0])
@@ -233,9 +233,9 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
     """The Ray runner end to end on 1 GPU with the vLLM backend."""
     import ray
 
-    from runners import ray_runner
+    from runners.dist import ray_runner
     from runners.config import apply_overrides
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     run_dir = workdir / "ray_gpu_run"
     cfg = apply_overrides(
@@ -244,7 +244,7 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
             f"run_dir={run_dir}",
             "model.device=cuda",
             "model.dtype=float32",
-            "loop.backend=vllm",
+            "loop.engine=vllm",
             "sft.steps=150",
             f"loop.steps={steps}",
             "loop.mazes_per_step=4",
@@ -267,16 +267,16 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
         wall = time.perf_counter() - t0
     finally:
         ray.shutdown()
-    from runners.metrics import read_jsonl
+    from runners.train.metrics import read_jsonl
 
     recs = read_jsonl(run_dir / "metrics.jsonl", phase="rl")
     workers = json.loads((run_dir / "ray_workers.json").read_text())
     last = recs[-1]
-    ok = result.steps == steps and workers[0]["backend"] == "nccl" and last.get("sync/parity_mean_abs", 1.0) < 1e-2
+    ok = result.steps == steps and workers[0]["dist_backend"] == "nccl" and last.get("sync/parity_mean_abs", 1.0) < 1e-2
     return _result(
         "PASS" if ok else "FAIL",
         steps=result.steps,
-        backend=workers[0]["backend"],
+        backend=workers[0]["dist_backend"],
         wall_s=round(wall, 1),
         parity_mean_abs=last.get("sync/parity_mean_abs"),
         solve_before=(result.before or {}).get("solve_rate"),

@@ -84,7 +84,7 @@ QWEN3_OVERRIDES = [
     "runner.kind=local",
     "runner.num_workers=1",
     "runner.num_gpus=1",
-    "loop.backend=hf",
+    "loop.engine=hf",
     "loop.steps=1",
     "loop.mazes_per_step=2",
     "rollout.group_size=4",
@@ -205,7 +205,7 @@ def cli_child(stats_path: str, argv: list[str]) -> int:
     import torch
 
     import runners.local as local
-    import runners.sft as sftmod
+    import runners.train.sft as sftmod
     from runners import cli
 
     cuda = torch.cuda.is_available()
@@ -434,11 +434,13 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         import torch
 
         from mazegym.evalsets import MazeStream, load_eval_set
-        from runners import local
+        from runners import build
+        from runners.config import derived
+        from runners.train import steps
         from runners.config import apply_overrides, validate
-        from runners.presets import get_preset
-        from runners.rollout import evaluate_mazes
-        from runners.sync import AdapterSync
+        from runners.config.presets import get_preset
+        from runners.rollout.collect import evaluate_mazes
+        from runners.train.sync import AdapterSync
         from runners.tiny import build_tiny_qwen3_vl
 
         cuda = device == "cuda"
@@ -476,7 +478,7 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
             raise RuntimeError("this GPU has no bf16 support")
         t0 = time.perf_counter()
         result["stage"] = "build generator + policy + algorithm"
-        generator, policy, algorithm, probe = local.build_training(config, model_dir)
+        generator, policy, algorithm, probe = build.build_training(config, model_dir)
         lap("build_training", t0)
         params = list(policy.model.parameters())
         trainable = [p for p in params if p.requires_grad]
@@ -499,7 +501,7 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         )
         t0 = time.perf_counter()
         result["stage"] = "generate (rollouts on images, full history)"
-        episodes = local.generate_step(generator, stream, config, step=1)
+        episodes = steps.generate_step(generator, stream, config, step=1)
         lap("generate", t0)
         turns = [t for e in episodes for t in e.turns]
         result["rollouts"] = {
@@ -511,7 +513,7 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         }
         t0 = time.perf_counter()
         result["stage"] = "update (GRPO)"
-        metrics = local.update_step(algorithm, episodes, local.vision_placeholder_ids(model_dir))
+        metrics = steps.update_step(algorithm, episodes, steps.vision_placeholder_ids(model_dir))
         lap("update", t0)
         result["update"] = {
             k: metrics.get(k)
@@ -528,12 +530,12 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         }
         t0 = time.perf_counter()
         result["stage"] = "sync + parity probe"
-        sync = local.sync_step(policy, generator, AdapterSync(work / "qwen3-sync"), 1, probe)
+        sync = steps.sync_step(policy, generator, AdapterSync(work / "qwen3-sync"), 1, probe)
         lap("sync", t0)
         result["sync"] = {**sync, "tolerance": probe.tolerance if probe is not None else None}
         t0 = time.perf_counter()
         result["stage"] = "greedy play of 4 evaluation mazes"
-        evals = evaluate_mazes(generator, load_eval_set(config.maze.eval_set)[:4], local.rollout_config(config))
+        evals = evaluate_mazes(generator, load_eval_set(config.maze.eval_set)[:4], derived.rollout_config(config))
         lap("eval_4_mazes", t0)
         result["eval_4_mazes"] = {
             "set": config.maze.eval_set,

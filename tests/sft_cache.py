@@ -18,9 +18,10 @@ from pathlib import Path
 def cached_sft_model(steps: int, *overrides: str) -> Path:
     """The SFT model dir of preset ``cpu-tiny`` after ``steps`` SFT steps (plus ``overrides``)."""
     from runners import config as cfgmod
-    from runners import local, tiny
+    from runners import build
+    from runners import tiny
     from runners.config import apply_overrides
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     cfg = apply_overrides(
         get_preset("cpu-tiny"), ["run_dir=unused", *overrides, f"sft.steps={steps}", "logging.progress=false"]
@@ -32,7 +33,7 @@ def cached_sft_model(steps: int, *overrides: str) -> Path:
         cache.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache.parent) as tmp:
             cfg.run_dir = tmp
-            built = local.run_sft(cfg, log=lambda m: None)
+            built = build.run_sft(cfg, log=lambda m: None)
             staged = Path(tmp) / "staged"
             shutil.copytree(built, staged)
             try:

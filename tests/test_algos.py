@@ -132,7 +132,7 @@ def test_on_policy_ratio_is_exactly_one_before_the_first_step():
     policy = MazeNetPolicy(GRID)
     episodes = make_episodes(policy)
     turns = [t for ep in episodes for t in ep.turns]
-    first, second = policy.evaluate(turns), policy.evaluate(turns)
+    first, second = policy.score_turns(turns), policy.score_turns(turns)
     assert torch.equal(first.logprobs, second.logprobs)
     # one epoch, one minibatch, old = recomputed: the single step sees ratio == 1 exactly
     algo = algos.make("grpo", policy, lr=1e-3, old_logprobs="recompute")
@@ -197,11 +197,11 @@ def test_kl_needs_a_reference_and_is_reported():
         def __init__(self):
             self.net, self.ref = MazeNetPolicy(GRID), MazeNetPolicy(GRID)
 
-        def evaluate(self, turns, *, reference=False):
+        def score_turns(self, turns, *, reference=False):
             if reference:
                 with torch.no_grad():
-                    return self.ref.evaluate(turns)
-            return self.net.evaluate(turns)
+                    return self.ref.score_turns(turns)
+            return self.net.score_turns(turns)
 
         def trainable_parameters(self):
             return self.net.trainable_parameters()

@@ -1,4 +1,4 @@
-"""Exploring-start branches (runners.rollout.collect_branches): greedy walks, rewards, groups."""
+"""Exploring-start branches (runners.rollout.collect.collect_branches): greedy walks, rewards, groups."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import torch
 from algos.advantages import grpo_advantages
 from mazegym.maze import MazeSpec
 from mazegym.solver import MOVES, bfs_distances, next_cell
-from runners.rollout import (
+from runners.rollout.collect import (
     RolloutConfig,
     collect_branches,
     collect_groups,
@@ -235,8 +235,8 @@ def test_per_cell_judge_counts_optimal_moves_paths_and_branch_labels():
 
 
 def test_moves_at_cells_asks_every_open_cell_once():
-    from runners.generation.base import SamplingConfig
-    from runners.rollout import cell_prompts, moves_at_cells
+    from runners.rollout.generation.base import SamplingConfig
+    from runners.rollout.collect import cell_prompts, moves_at_cells
 
     mazes = _mazes(2, size=7)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
@@ -254,7 +254,7 @@ def test_state_prompts_make_a_plays_prompt_on_a_cell_the_branch_prompt_of_that_c
     """With state_prompt, every turn of a greedy play (moves, wall bumps, any move number) is
     asked exactly the prompt that branching asks on that cell, so the greedy walks that score
     the branches are the policy that is evaluated."""
-    from runners.rollout import cell_prompts, evaluate_mazes
+    from runners.rollout.collect import cell_prompts, evaluate_mazes
 
     mazes = _mazes(3, size=7, seed=4)
     moves = ["<action>right</action>", "<action>up</action>", "<action>left</action>", "<action>down</action>"]
@@ -418,7 +418,7 @@ def test_settled_cells_are_left_out_and_counted():
     gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
     first_prompts = set()
     gen.first = lambda p: tuple(p.prompt_ids) in first_prompts
-    from runners.rollout import cell_prompts
+    from runners.rollout.collect import cell_prompts
 
     config = RolloutConfig(
         branching=True,

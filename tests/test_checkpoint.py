@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from runners.checkpoint import LATEST, MANIFEST, REQUIRED_FILES, CheckpointManager, sha256_file, step_dir_name, verify
+from runners.train.checkpoint import (
+    LATEST,
+    MANIFEST,
+    REQUIRED_FILES,
+    CheckpointManager,
+    sha256_file,
+    step_dir_name,
+    verify,
+)
 
 
 def _writer(payload: bytes):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mazegym import manual_control
 from runners import cli
 
 SUBCOMMANDS = ["train", "sft", "eval", "report", "play", "export", "presets"]
@@ -56,7 +57,7 @@ def test_dry_run_of_the_8b_preset_prints_the_plan_without_gpu(capsys, tmp_path):
     )
     assert code == 0, err
     assert "Plan for preset 'qwen3-vl-8b-lora32'" in out
-    assert "LoRA rank 32" in out and "6 GPU(s)" in out and "grpo" in out and "backend vllm" in out
+    assert "LoRA rank 32" in out and "6 GPU(s)" in out and "grpo" in out and "engine vllm" in out
     assert "32 mazes x 8 rollouts = 256 episodes" in out
     assert "model.path = " in out  # the resolved config is printed
     assert not (tmp_path / "r").exists(), "a dry run must not create the run dir"
@@ -104,7 +105,7 @@ def test_play_solves_a_fixed_maze_with_scripted_keys():
     maze = load_eval_set("heldout-7x7")[0]
     keys = iter({0: "d", 1: "w", 2: "a", 3: "s"}[a] for a in oracle_actions(maze))
     lines = []
-    code = cli.play(eval_set="heldout-7x7", index=0, input_fn=lambda prompt: next(keys), out=lines.append)
+    code = manual_control.play(eval_set="heldout-7x7", index=0, input_fn=lambda prompt: next(keys), out=lines.append)
     assert code == 0
     assert any(line.startswith("Solved in") for line in lines)
 
@@ -112,6 +113,6 @@ def test_play_solves_a_fixed_maze_with_scripted_keys():
 def test_play_rejects_unknown_keys_and_quits():
     answers = iter(["x", "q"])
     lines = []
-    code = cli.play(size=7, seed=3, input_fn=lambda prompt: next(answers), out=lines.append)
+    code = manual_control.play(size=7, seed=3, input_fn=lambda prompt: next(answers), out=lines.append)
     assert code == 1
     assert any("Type w (up)" in line for line in lines)

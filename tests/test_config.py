@@ -6,7 +6,7 @@ import json
 import pytest
 
 from runners import config as C
-from runners.presets import PRESETS, get_preset
+from runners.config.presets import TRAINING_PRESETS, get_preset
 
 
 def test_every_field_of_every_section_has_help():
@@ -135,17 +135,17 @@ def test_json_and_yaml_files(tmp_path):
 
 
 def test_round_trip_through_dict():
-    for name in PRESETS:
+    for name in TRAINING_PRESETS:
         cfg = get_preset(name)
         again = C.from_dict(json.loads(json.dumps(C.to_dict(cfg))))
         assert C.to_dict(again) == C.to_dict(cfg)
 
 
 def test_presets_are_valid():
-    for name in PRESETS:
+    for name in TRAINING_PRESETS:
         C.validate(get_preset(name), need_model=False)
     big = get_preset("qwen3-vl-8b-lora32")
-    assert (big.lora.rank, big.algo.name, big.runner.num_gpus, big.loop.backend) == (32, "grpo", 6, "vllm")
+    assert (big.lora.rank, big.algo.name, big.runner.num_gpus, big.loop.engine) == (32, "grpo", 6, "vllm")
     with pytest.raises(C.ConfigError, match="unknown preset"):
         get_preset("gpt-5")
 
@@ -158,14 +158,14 @@ def test_algorithm_specific_checks_run_without_a_policy():
 
 def test_vllm_serves_modules_trained_in_full_only_for_maze_vlm_encoders():
     base = get_preset("cpu-maze-vlm")
-    C.validate(C.apply_overrides(base, ["loop.backend=vllm"]), need_model=False)  # vision_tower beside the engine
+    C.validate(C.apply_overrides(base, ["loop.engine=vllm"]), need_model=False)  # vision_tower beside the engine
     with pytest.raises(C.ConfigError, match="modules_to_save"):
         C.validate(
-            C.apply_overrides(base, ["loop.backend=vllm", "lora.modules_to_save=vision_tower,multi_modal_projector"]),
+            C.apply_overrides(base, ["loop.engine=vllm", "lora.modules_to_save=vision_tower,multi_modal_projector"]),
             need_model=False,
         )
     with pytest.raises(C.ConfigError, match="modules_to_save"):
         C.validate(
-            C.apply_overrides(get_preset("cpu-tiny-vlm"), ["loop.backend=vllm", "lora.modules_to_save=visual"]),
+            C.apply_overrides(get_preset("cpu-tiny-vlm"), ["loop.engine=vllm", "lora.modules_to_save=visual"]),
             need_model=False,
         )

@@ -31,17 +31,18 @@ def cluster_specs() -> list[dict]:
 
 
 def entrypoint_argv() -> list[str]:
-    """Arguments of the RayJob entrypoint after ``python -m runners.ray_runner``."""
+    """Arguments of the RayJob entrypoint after ``python -m runners.cli train``."""
     words = shlex.split(load("rayjob.yaml")["spec"]["entrypoint"])
-    assert words[:3] == ["python", "-m", "runners.ray_runner"]
-    return words[3:]
+    assert words[:4] == ["python", "-m", "runners.cli", "train"]
+    return words[4:]
 
 
 def job_config():
     """The TrainConfig and RayConfig the RayJob's entrypoint resolves to (exactly as the runner builds them)."""
-    from runners import cli, ray_runner
+    from runners import cli
+    from runners.dist import ray_runner
 
-    argv = ["train", *entrypoint_argv(), "runner.kind=ray"]
+    argv = ["train", *entrypoint_argv()]
     config = cli.build_config(cli.build_parser(argv).parse_args(argv))
     return config, ray_runner.ray_config_from(config)
 
@@ -91,13 +92,13 @@ def test_head_runs_no_training_and_exposes_dashboard_and_metrics():
 
 
 def test_gpu_workers_match_the_preset_and_the_runner_placement():
-    pytest.importorskip("runners.presets")
-    from runners.presets import get_preset
+    pytest.importorskip("runners.config.presets")
+    from runners.config.presets import get_preset
 
     preset = get_preset(PRESET)
     config, ray_cfg = job_config()
     assert config.preset == PRESET and config.lora.rank == 32 == preset.lora.rank
-    assert config.runner.kind == "ray" and config.model.device == "cuda" and config.loop.backend == "vllm"
+    assert config.runner.kind == "ray" and config.model.device == "cuda" and config.loop.engine == "vllm"
     assert ray_cfg.num_workers == preset.runner.num_workers == 6
     assert ray_cfg.gpus_per_worker == 1.0, "one vLLM engine + one training rank per GPU"
     assert ray_cfg.address == "auto" and ray_cfg.max_restarts >= 1
@@ -132,13 +133,13 @@ def test_rayjob_tears_down_and_points_the_model_path_at_shared():
     job = load("rayjob.yaml")["spec"]
     assert job["shutdownAfterJobFinishes"] is True
     env = yaml.safe_load(job["runtimeEnvYAML"])["env_vars"]
-    from runners.presets import QWEN3_VL_8B_PATH_ENV
+    from runners.config.presets import QWEN3_VL_8B_PATH_ENV
 
     assert env[QWEN3_VL_8B_PATH_ENV].startswith("/shared/")
 
 
 def test_grafana_dashboard_queries_only_exported_metrics():
-    from runners.ray_runner import PROMETHEUS_METRICS
+    from runners.dist.prometheus import PROMETHEUS_METRICS
 
     dash = json.loads((DEPLOY / "grafana" / "mazegym-ray-dashboard.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]

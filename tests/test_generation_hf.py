@@ -7,9 +7,9 @@ import torch
 from algos.data import Turn
 from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.llm import build_messages, system_prompt, user_message
-from runners.generation.base import Generator, Prompt, SamplingConfig
-from runners.generation.hf import HFGenerator
-from runners.generation.prompts import ChatEncoder
+from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
+from runners.rollout.generation.hf import HFGenerator
+from runners.rollout.generation.prompts import ChatEncoder
 from runners.tiny import build_tiny_text_lm, build_tiny_vlm
 
 TOL_FP32 = 1e-4
@@ -110,21 +110,21 @@ def test_seeded_sampling_repeats_and_greedy_is_argmax(text_gen):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampling_logprobs_match_fresh_trainer_forward(text_gen, text_policy, temperature):
-    """Recorded log-probs == the trainer's Policy.evaluate at the same temperature (left-padded batch vs unpadded)."""
+    """Recorded log-probs == the trainer's Policy.score_turns at the same temperature (left-padded vs unpadded)."""
     prompts = [Prompt(text_gen.encoder.encode(m)[0]) for m in _conversation("text", 3)]
     results = text_gen.generate(prompts, SamplingConfig(max_new_tokens=10, temperature=temperature, seed=1))
     turns = [Turn(prompt_ids=p.prompt_ids, response_ids=r.response_ids) for p, r in zip(prompts, results)]
     text_policy.temperature = temperature
     try:
         with torch.no_grad():
-            out = text_policy.evaluate(turns)
+            out = text_policy.score_turns(turns)
     finally:
         text_policy.temperature = 1.0
     for i, r in enumerate(results):
         assert np.allclose(out.logprobs[i, : len(r.logprobs)].numpy(), r.logprobs, atol=TOL_FP32)
     if temperature != 1.0:  # and the T=1 scores would NOT match: the temperature matters
         with torch.no_grad():
-            plain = text_policy.evaluate(turns)
+            plain = text_policy.score_turns(turns)
         assert not np.allclose(
             plain.logprobs[0, : len(results[0].logprobs)].numpy(), results[0].logprobs, atol=TOL_FP32
         )
@@ -150,7 +150,7 @@ def test_score_is_teacher_forced_logprob(text_gen, text_policy):
     response = text_gen.tokenizer.encode("<action>up</action><|im_end|>", add_special_tokens=False)
     scored = text_gen.score(prompt_ids, response)
     with torch.no_grad():
-        ref = text_policy.evaluate([Turn(prompt_ids=prompt_ids, response_ids=response)]).logprobs[0]
+        ref = text_policy.score_turns([Turn(prompt_ids=prompt_ids, response_ids=response)]).logprobs[0]
     assert len(scored) == len(response) == 4
     assert np.allclose(scored, ref.numpy(), atol=TOL_FP32)
 

@@ -11,10 +11,10 @@ import torch
 pytest.importorskip("vllm")
 
 from mazegym.maze import sample_maze  # noqa: E402
-from runners.generation.base import Prompt, SamplingConfig  # noqa: E402
-from runners.parity import ParityProbe, StaleWeightsError  # noqa: E402
-from runners.rollout import RolloutConfig, collect_groups, evaluate_mazes  # noqa: E402
-from runners.sync import AdapterSync  # noqa: E402
+from runners.rollout.generation.base import Prompt, SamplingConfig  # noqa: E402
+from runners.train.parity import ParityProbe, StaleWeightsError  # noqa: E402
+from runners.rollout.collect import RolloutConfig, collect_groups, evaluate_mazes  # noqa: E402
+from runners.train.sync import AdapterSync  # noqa: E402
 from runners.tiny import build_tiny_text_lm  # noqa: E402
 from lora_helpers import perturb_lora  # noqa: E402
 
@@ -31,7 +31,7 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gen(model_path):
-    from runners.generation.vllm import VLLMGenerator
+    from runners.rollout.generation.vllm import VLLMGenerator
 
     g = VLLMGenerator(model_path, dtype="float32", max_lora_rank=8, kv_cache_gib=1)
     yield g
@@ -60,7 +60,7 @@ def test_vllm_multi_turn_episodes_match_trainer_logprobs(gen, policy):
         assert len(t.logprobs) == len(t.response_ids) >= 1
         assert t.text == gen.tokenizer.decode(t.response_ids, skip_special_tokens=True)
     with torch.no_grad():
-        out = policy.evaluate(turns)  # adapter is still zero: base model
+        out = policy.score_turns(turns)  # adapter is still zero: base model
     gaps = [
         np.abs(out.logprobs[i, : len(t.logprobs)].numpy() - np.array(t.logprobs)).max() for i, t in enumerate(turns)
     ]

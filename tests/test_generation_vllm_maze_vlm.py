@@ -14,10 +14,10 @@ import torch
 pytest.importorskip("vllm")
 
 from mazegym.evalsets import load_eval_set  # noqa: E402
-from runners.generation.base import Prompt, SamplingConfig  # noqa: E402
-from runners.generation.hf import HFGenerator  # noqa: E402
-from runners.generation.vision_embeds import needs_prompt_embeds, split_adapter  # noqa: E402
-from runners.rollout import RolloutConfig, cell_prompts  # noqa: E402
+from runners.rollout.generation.base import Prompt, SamplingConfig  # noqa: E402
+from runners.rollout.generation.hf import HFGenerator  # noqa: E402
+from runners.rollout.generation.vision_embeds import needs_prompt_embeds, split_adapter  # noqa: E402
+from runners.rollout.collect import RolloutConfig, cell_prompts  # noqa: E402
 from runners.tiny import build_maze_vlm  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -41,7 +41,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(model_dir):
-    from runners.generation.vllm import VLLMGenerator
+    from runners.rollout.generation.vllm import VLLMGenerator
 
     vllm_gen = VLLMGenerator(
         model_dir, dtype="float32", max_lora_rank=4, kv_cache_gib=1, max_model_len=1024, gpu_memory_utilization=0.3

@@ -76,7 +76,15 @@ def test_every_dotted_name_the_architecture_page_uses_exists():
     assert dotted and missing == []
 
 
-REPLACEABLE = ("_forward", "evaluate", "clip_gradients", "load_adapter", "save_adapter", "adapter_state_dict")
+REPLACEABLE = (
+    "_forward",
+    "score_turns",
+    "evaluate",
+    "clip_gradients",
+    "load_adapter",
+    "save_adapter",
+    "adapter_state_dict",
+)
 """Methods a runner might be tempted to replace on an instance; seams (a strategy, a subclass) do that job."""
 
 
@@ -101,7 +109,7 @@ def method_replacements(path: Path) -> list[str]:
 @pytest.mark.parametrize("package", ["algos", "runners"])
 def test_no_method_is_replaced_at_run_time(package):
     offenders = {str(p.relative_to(ROOT)): method_replacements(p) for p in sorted((ROOT / package).rglob("*.py"))}
-    setattr_ok = {"runners/config.py", "runners/ray_runner.py"}  # config fields by name, not methods
+    setattr_ok = {"runners/config/overrides.py"}  # config fields by name, not methods
     offenders = {k: [h for h in v if not (k in setattr_ok and "setattr(" in h)] for k, v in offenders.items()}
     assert {k: v for k, v in offenders.items() if v} == {}
 
@@ -113,3 +121,102 @@ def test_the_method_replacement_scan_finds_each_form(tmp_path):
         "setattr(p, 'evaluate', h)\nx.lr = 1\n"
     )
     assert [h.split(":")[0] for h in method_replacements(source)] == ["2", "2", "3", "4"]
+
+
+RUNNERS_LAYERS = [
+    ("runners.atomic", "runners.tiny"),
+    ("runners.rollout",),
+    ("runners.config",),
+    ("runners.train",),
+    ("runners.build",),
+    ("runners.local", "runners.dist", "runners.artifacts"),
+    ("runners.cli",),
+]
+"""The order of the runners subpackages, lowest first: a module may import units of lower layers and its own
+unit, never a higher layer or another unit of its layer (env -> rollout -> config -> train -> build -> runners)."""
+
+
+def _unit(module: str) -> tuple[int, str] | None:
+    """(layer index, unit name) of a ``runners.*`` module name."""
+    for i, layer in enumerate(RUNNERS_LAYERS):
+        for unit in layer:
+            if module == unit or module.startswith(unit + "."):
+                return i, unit
+    return None
+
+
+def runners_modules() -> dict[str, Path]:
+    """Dotted name -> file of every module under runners/."""
+    out = {}
+    for path in sorted((ROOT / "runners").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def runners_imports(path: Path, known: set[str]) -> set[str]:
+    """The ``runners.*`` modules a file imports (module level or in functions), resolved to known modules."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name.split(".")[0] == "runners" and name in known:
+                found.add(name)
+    return found
+
+
+def test_every_runners_module_has_a_layer():
+    assert [m for m in runners_modules() if m != "runners" and _unit(m) is None] == []
+
+
+def test_runners_subpackages_import_down_the_layers_only():
+    modules = runners_modules()
+    offenders = []
+    for name, path in modules.items():
+        if name == "runners":
+            continue
+        layer, unit = _unit(name)
+        for dep in runners_imports(path, set(modules)):
+            dep_layer, dep_unit = _unit(dep) or (-1, "runners")
+            if dep_unit != unit and dep_layer >= layer:
+                offenders.append(f"{name} imports {dep}")
+    assert offenders == []
+
+
+def test_runners_modules_have_no_import_cycle():
+    modules = runners_modules()
+    graph = {name: runners_imports(path, set(modules)) - {name} for name, path in modules.items()}
+    # A package's __init__ importing its own modules is not a cycle through them.
+    for name in graph:
+        graph[name] = {d for d in graph[name] if not name.startswith(d + ".")}
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(node: str, stack: list[str]) -> bool:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                cycle.extend(stack[stack.index(dep) :] + [node, dep] if dep in stack else [node, dep])
+                return True
+            if state.get(dep) is None and visit(dep, stack + [node]):
+                return True
+        state[node] = 2
+        return False
+
+    for name in sorted(graph):
+        if state.get(name) is None and visit(name, []):
+            break
+    assert cycle == []
+
+
+def test_the_layer_check_catches_an_upward_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from runners.build import build_generator\n")
+    deps = runners_imports(source, {"runners.build", "runners.train.steps"})
+    assert deps == {"runners.build"} and _unit("runners.train.steps")[0] < _unit("runners.build")[0]

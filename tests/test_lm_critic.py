@@ -34,7 +34,7 @@ def test_value_read_position_is_the_last_prompt_token_by_hand():
 
 def test_value_is_the_head_on_the_last_prompt_hidden_state_and_ignores_the_reply():
     policy = critic_policy()
-    out = policy.evaluate(TURNS)  # padded batch of three (micro-batches of 2)
+    out = policy.score_turns(TURNS)  # padded batch of three (micro-batches of 2)
     assert out.values.shape == (3,)
     head = policy.model.value_head.summary
     with torch.no_grad():
@@ -43,15 +43,15 @@ def test_value_is_the_head_on_the_last_prompt_hidden_state_and_ignores_the_reply
             hidden = policy.model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
             by_hand = (hidden[0, -1] * head.weight[0]).sum() + head.bias[0]
             assert out.values[i].item() == pytest.approx(by_hand.item(), abs=1e-5)
-    other_reply = policy.evaluate([Turn(prompt_ids=TURNS[1].prompt_ids, response_ids=[30, 31, 32, 33])])
+    other_reply = policy.score_turns([Turn(prompt_ids=TURNS[1].prompt_ids, response_ids=[30, 31, 32, 33])])
     assert other_reply.values[0].item() == pytest.approx(out.values[1].item(), abs=1e-6), "V(s) must not see the reply"
     assert abs(out.values[0].item() - out.values[1].item()) > 1e-4, "different prompts, different values"
-    assert policy.evaluate(TURNS, reference=True).values is None
+    assert policy.score_turns(TURNS, reference=True).values is None
 
 
 def test_a_fresh_head_starts_at_zero_and_trains_with_the_adapter():
     policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), value_head=True)
-    assert torch.all(policy.evaluate(TURNS).values == 0)
+    assert torch.all(policy.score_turns(TURNS).values == 0)
     trainable = {id(p) for p in policy.trainable_parameters()}
     assert all(id(p) in trainable for p in policy.model.value_head.parameters())
     assert not LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8)).has_value_head
@@ -87,13 +87,13 @@ def test_vlm_values_read_the_prompt_with_its_image():
     rng = np.random.default_rng(0)
     images = [(rng.random((56, 56, 3)) * 255).astype(np.uint8) for _ in range(2)]
     prompt = [1, 2, 150] + [151] * policy.image_token_count(images[0]) + [153, 5]
-    a = policy.evaluate(
+    a = policy.score_turns(
         [
             Turn(prompt_ids=prompt, response_ids=[7, 8], images=[images[0]]),
             Turn(prompt_ids=prompt, response_ids=[9], images=[images[1]]),
         ]
     ).values
-    b = policy.evaluate([Turn(prompt_ids=prompt, response_ids=[10, 11, 12], images=[images[0]])]).values
+    b = policy.score_turns([Turn(prompt_ids=prompt, response_ids=[10, 11, 12], images=[images[0]])]).values
     assert a[0].item() == pytest.approx(b[0].item(), abs=1e-5)
     assert abs(a[0].item() - a[1].item()) > 1e-5, "the image must reach the value"
 
@@ -122,7 +122,7 @@ def test_ppo_updates_fit_the_critic_to_the_returns():
     # from 0.25 (V = 0 everywhere) towards the floor 0.0625 left by the two first turns' shared prompt
     assert losses[0] == pytest.approx(0.25) and losses[-1] < 0.1, losses
     assert not torch.equal(policy.model.value_head.summary.weight, head_before)
-    values = policy.evaluate([t for ep in _episodes() for t in ep.turns]).values
+    values = policy.score_turns([t for ep in _episodes() for t in ep.turns]).values
     # Monte-Carlo targets (gamma = lambda = 1): 1, 1 for the solved episode, 0, 0 for the other; the
     # first turns share a prompt, so the best the critic can do there is the mean, 0.5.
     assert values[1].item() > 0.7 and values[3].item() < 0.3 and 0.3 < values[0].item() < 0.7, values
@@ -135,7 +135,7 @@ def test_save_and_load_restore_adapter_and_critic_exactly(tmp_path):
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.05)
-    before = policy.evaluate(TURNS)
+    before = policy.score_turns(TURNS)
     policy.save_adapter(tmp_path / "a")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
         "README.md",
@@ -145,11 +145,11 @@ def test_save_and_load_restore_adapter_and_critic_exactly(tmp_path):
     ]
     fresh = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), micro_batch_size=2, value_head=True)
     fresh.load_adapter(tmp_path / "a")
-    after = fresh.evaluate(TURNS)
+    after = fresh.score_turns(TURNS)
     assert torch.equal(after.values, before.values) and torch.equal(after.logprobs, before.logprobs)
     no_critic = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), micro_batch_size=2)
     no_critic.load_adapter(tmp_path / "a")  # engines and critic-free policies ignore the head
-    assert torch.equal(no_critic.evaluate(TURNS).logprobs, before.logprobs)
+    assert torch.equal(no_critic.score_turns(TURNS).logprobs, before.logprobs)
 
 
 def test_a_missing_or_corrupt_head_is_refused(tmp_path):
@@ -169,11 +169,11 @@ def test_a_missing_or_corrupt_head_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no value_head.safetensors in .*saved without one"):
         fresh.load_adapter(tmp_path / "a")
     fresh.load_adapter(tmp_path / "a", critic_optional=True)  # a starting adapter from SFT has no critic
-    assert torch.all(fresh.evaluate(TURNS).values == 0)
+    assert torch.all(fresh.score_turns(TURNS).values == 0)
 
 
 def test_sync_manifest_lists_the_head_and_refuses_a_corrupt_one(tmp_path):
-    from runners.sync import AdapterSync, AdapterSyncError
+    from runners.train.sync import AdapterSync, AdapterSyncError
 
     sync = AdapterSync(tmp_path / "sync")
     directory = sync.publish(critic_policy(), 1)
@@ -186,7 +186,7 @@ def test_sync_manifest_lists_the_head_and_refuses_a_corrupt_one(tmp_path):
 
 def _ppo_training(tmp_path, scramble=False):
     from runners.config import apply_overrides
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     config = apply_overrides(get_preset("cpu-tiny"), [f"run_dir={tmp_path}", "algo.name=ppo", "algo.epochs=2"])
     policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), value_head=True)
@@ -199,31 +199,31 @@ def _ppo_training(tmp_path, scramble=False):
 
 def test_checkpoints_require_the_head_and_resume_it_exactly(tmp_path):
     from mazegym.evalsets import MazeStream
-    from runners import local
-    from runners.checkpoint import CheckpointManager, verify
+    from runners.train import checkpoint
+    from runners.train.checkpoint import CheckpointManager, verify
 
     config, policy, algo = _ppo_training(tmp_path)
-    required = local.checkpoint_files(config)
+    required = checkpoint.checkpoint_files(config)
     assert "adapter/value_head.safetensors" in required
     algo.update(_episodes())
     stream = MazeStream(size=7, seed=0)
     manager = CheckpointManager(tmp_path / "ckpt", required=required, log=lambda m: None)
-    path = local.save_checkpoint(manager, 1, policy, algo, stream.state_dict(), config, {})
+    path = checkpoint.save_checkpoint(manager, 1, policy, algo, stream.state_dict(), config, {})
     assert verify(path, required) is None
 
     _, resumed_policy, resumed_algo = _ppo_training(tmp_path, scramble=True)
-    local.load_checkpoint(path, resumed_policy, resumed_algo, MazeStream(size=7, seed=0))
+    checkpoint.load_checkpoint(path, resumed_policy, resumed_algo, MazeStream(size=7, seed=0))
     assert torch.equal(resumed_policy.model.value_head.summary.weight, policy.model.value_head.summary.weight)
     # one more update from the checkpoint: the same step, bit for bit (critic's Adam moments included)
     a, b = algo.update(_episodes()), resumed_algo.update(_episodes())
     assert a == b
-    assert torch.equal(resumed_policy.evaluate(TURNS).values, policy.evaluate(TURNS).values)
+    assert torch.equal(resumed_policy.score_turns(TURNS).values, policy.score_turns(TURNS).values)
 
     (path / "adapter" / VALUE_HEAD_FILE).unlink()
     with pytest.raises(ValueError, match="adapter/value_head.safetensors is missing"):
         manager.resolve(str(path))
     grpo = CheckpointManager(tmp_path / "grpo", log=lambda m: None)  # a checkpoint of a run without a critic
-    grpo_path = local.save_checkpoint(
+    grpo_path = checkpoint.save_checkpoint(
         grpo, 1, LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8)), algo, stream.state_dict(), config, {}
     )
     with pytest.raises(ValueError, match="does not list adapter/value_head.safetensors"):

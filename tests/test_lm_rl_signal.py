@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 def _config(algo: str):
     from runners.config import apply_overrides
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     return apply_overrides(
         get_preset("cpu-tiny"),
@@ -48,26 +48,27 @@ def _config(algo: str):
 
 def _oracle_correct(episodes, mazes) -> torch.Tensor:
     """1 per turn whose move strictly lowers the BFS distance to the goal, else 0 (walls, detours, invalid)."""
-    from runners.evaluate import oracle_progress
+    from runners.rollout.evaluate import oracle_progress
 
     return torch.tensor(oracle_progress(episodes, mazes), dtype=torch.float32)
 
 
 def _reply_logprobs(policy, turns) -> torch.Tensor:
     with torch.no_grad():
-        outs = [policy.evaluate(turns[i : i + 256]) for i in range(0, len(turns), 256)]
+        outs = [policy.score_turns(turns[i : i + 256]) for i in range(0, len(turns), 256)]
     return torch.cat([(o.logprobs * o.mask).sum(1) for o in outs])
 
 
 @pytest.fixture(scope="module")
 def batch():
     from mazegym.evalsets import MazeStream
-    from runners import local
+    from runners import build
+    from runners.train import steps
 
     torch.set_num_threads(1)
     cfg = _config("gigpo")
     model = cached_sft_model(250)
-    generator = local.build_generator(cfg, Path(model))
+    generator = build.build_generator(cfg, Path(model))
     stream = MazeStream(
         size=cfg.maze.size, seed=123, generator=cfg.maze.generator, max_optimal_moves=cfg.rollout.max_moves
     )
@@ -77,16 +78,16 @@ def batch():
             size=cfg.maze.size, seed=123, generator=cfg.maze.generator, max_optimal_moves=cfg.rollout.max_moves
         ).state_dict()
     )
-    episodes = local.generate_step(generator, stream, cfg, step=0)
+    episodes = steps.generate_step(generator, stream, cfg, step=0)
     return model, mazes, episodes
 
 
 @pytest.mark.parametrize("algo", ["grpo", "gigpo"])
 def test_advantages_favour_the_oracles_moves(batch, algo):
-    from runners import local
+    from runners import build
 
     model, mazes, episodes = batch
-    _, _, algorithm, _ = local.build_training(_config(algo), Path(model))
+    _, _, algorithm, _ = build.build_training(_config(algo), Path(model))
     correct = _oracle_correct(episodes, mazes)
     assert 0.1 < correct.mean().item() < 0.9, "the batch needs both kinds of moves"
     adv, _ = algorithm.compute_advantages(episodes, None)
@@ -95,9 +96,9 @@ def test_advantages_favour_the_oracles_moves(batch, algo):
 
 def _objective_change(model, episodes, flip: bool) -> float:
     """``sum_i A_i * (logp_after_i - logp_before_i)`` over the batch's turns after 3 updates."""
-    from runners import local
+    from runners import build
 
-    _, policy, algorithm, _ = local.build_training(_config("gigpo"), Path(model))
+    _, policy, algorithm, _ = build.build_training(_config("gigpo"), Path(model))
     advantages, _ = algorithm.compute_advantages(episodes, None)
     if flip:
         original = algorithm.compute_advantages

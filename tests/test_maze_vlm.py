@@ -115,8 +115,8 @@ def test_placeholder_count_mismatch_is_an_error(model_dir):
 
 
 def test_hf_generator_plays_image_prompts(model_dir):
-    from runners.generation.base import Prompt, SamplingConfig
-    from runners.generation.hf import HFGenerator
+    from runners.rollout.generation.base import Prompt, SamplingConfig
+    from runners.rollout.generation.hf import HFGenerator
     from mazegym.llm import build_messages, system_prompt, user_message
     import gymnasium as gym
     import mazegym  # noqa: F401
@@ -153,28 +153,28 @@ def test_lora_with_trained_vision_tower_round_trips_and_merges(model_dir, tmp_pa
     image = frame(load_eval_set("VisMaze-v0")[3])
     ids, _ = inputs_for(model_dir, [image])
     turn = Turn(prompt_ids=ids[0].tolist(), response_ids=[7, 8, 9], images=[image])
-    before = policy.evaluate([turn]).logprobs
+    before = policy.score_turns([turn]).logprobs
     policy.save_adapter(tmp_path / "adapter")
     fresh = LoRALMPolicy.from_pretrained(model_dir, lora, dtype=torch.float32, adapter=tmp_path / "adapter")
-    torch.testing.assert_close(fresh.evaluate([turn]).logprobs, before)
+    torch.testing.assert_close(fresh.score_turns([turn]).logprobs, before)
     # Merged model (LoRA folded in, trained encoder kept) scores the same.
     merged = fresh.model.merge_and_unload()
     merged_policy = LoRALMPolicy(
         merged, LoRAConfig(rank=1), image_processor=AutoImageProcessor.from_pretrained(model_dir), pad_token_id=0
     )
     with merged_policy.model.disable_adapter():
-        torch.testing.assert_close(merged_policy.evaluate([turn]).logprobs, before, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(merged_policy.score_turns([turn]).logprobs, before, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow
 def test_sft_learns_to_localise_the_agent_and_to_move(tmp_path):
     """A short SFT run: the localisation loss collapses and the reply NLL falls far below chance."""
     from runners.config import apply_overrides
-    from runners.local import run_sft
-    from runners.presets import get_preset
+    from runners.build import run_sft
+    from runners.config.presets import get_preset
     import json
 
-    from runners.metrics import MetricsLogger
+    from runners.train.metrics import MetricsLogger
 
     config = apply_overrides(
         get_preset("cpu-maze-vlm"),

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from runners.metrics import MetricsLogger
+from runners.train.metrics import MetricsLogger
 
 
 class Recorder(types.ModuleType):

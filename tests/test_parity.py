@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from runners.generation.hf import HFGenerator
-from runners.parity import ParityProbe, StaleWeightsError, tolerance_for
-from runners.sync import AdapterSync
+from runners.rollout.generation.hf import HFGenerator
+from runners.train.parity import ParityProbe, StaleWeightsError, tolerance_for
+from runners.train.sync import AdapterSync
 from runners.tiny import build_tiny_text_lm
 from lora_helpers import perturb_lora
 
@@ -76,7 +76,7 @@ def test_probe_tolerance_follows_the_looser_dtype(setup):
 
 
 def test_vllm_max_lora_rank_rounds_up_to_a_supported_value():
-    from runners.generation.vllm import supported_max_lora_rank
+    from runners.rollout.generation.vllm import supported_max_lora_rank
 
     assert [supported_max_lora_rank(r) for r in (1, 4, 8, 12, 16, 17, 512)] == [1, 8, 8, 16, 16, 32, 512]
     with pytest.raises(ValueError):

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from runners.config import apply_overrides
-from runners.metrics import COLLAPSE_KEYS, PHASES, read_jsonl
-from runners.presets import get_preset
+from runners.train.metrics import COLLAPSE_KEYS, PHASES, read_jsonl
+from runners.config.presets import get_preset
 
 RL_STEPS = 15
 EVAL_EVERY = 3
@@ -24,7 +24,7 @@ def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
     land inside the case study's window, and GRPO must lift the greedy solve rate on the fixed 64 mazes."""
     import torch
 
-    from runners.export import export
+    from runners.artifacts.export import export
     from runners.local import report, train
 
     torch.set_num_threads(1)
@@ -82,7 +82,7 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     encoder trained inside the adapter, adapter sync into the HF sampler, checkpoint, resume, eval and export."""
     import torch
 
-    from runners.export import export
+    from runners.artifacts.export import export
     from runners.local import train
 
     torch.set_num_threads(1)
@@ -120,7 +120,7 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     assert (out / "merged" / "config.json").is_file()
     # The run's report: curves, before/after grids and replays of the real run, rendered by a browser.
     from report_helpers import assert_renders_in_chromium, chromium
-    from runners.report import write_report
+    from runners.artifacts.report import write_report
 
     page = write_report(run).read_text()
     assert page.count("data:image/png") >= 3 and page.count("data:image/gif") >= 1, "charts, grids and replays"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from algos.data import Episode, Turn
-from runners.evaluate import SUMMARY_KEYS, case_study_table, format_table, summarize
+from runners.rollout.evaluate import SUMMARY_KEYS, case_study_table, format_table, summarize
 
 
 def _episode(success: bool, moves: int, optimal: int, invalid: int = 0, size: int = 7) -> Episode:
@@ -50,8 +50,8 @@ def test_tables_are_readable():
 def tiny_generator(tmp_path_factory):
     import torch
 
-    from runners.local import build_generator, prepare_base_model
-    from runners.presets import get_preset
+    from runners.build import build_generator, prepare_base_model
+    from runners.config.presets import get_preset
 
     torch.set_num_threads(1)
     cfg = get_preset("cpu-tiny")
@@ -60,7 +60,7 @@ def tiny_generator(tmp_path_factory):
 
 
 def test_eval_output_schema(tiny_generator, tmp_path):
-    from runners.evaluate import evaluate_set, write_json
+    from runners.rollout.evaluate import evaluate_set, write_json
 
     cfg, gen = tiny_generator
     res, episodes = evaluate_set(gen, "heldout-7x7", cfg.rollout, return_episodes=True)
@@ -81,7 +81,7 @@ def test_sft_demo_turns_match_rollout_prompts(tiny_generator):
     from mazegym.envs.vismaze import VisMazeEnv
     from mazegym.llm import build_messages, parse_action, system_prompt, user_message
     from mazegym.solver import oracle_actions
-    from runners.sft import demo_turns
+    from runners.train.sft import demo_turns
 
     cfg, gen = tiny_generator
     maze = load_eval_set("heldout-7x7")[3]
@@ -131,7 +131,7 @@ def test_sft_random_starts_cover_off_path_cells_and_never_an_eval_maze(tiny_gene
     """Demonstrations from random open cells: every turn is the BFS move there, the start varies, no eval maze."""
     from mazegym.evalsets import MazeStream, is_eval_maze
     from mazegym.solver import bfs_distances, MOVES
-    from runners.sft import _random_start, demo_turns
+    from runners.train.sft import _random_start, demo_turns
 
     cfg, gen = tiny_generator
     stream = MazeStream(size=7, seed=5)

@@ -79,7 +79,7 @@ def manual_logprobs(model, turn):
 
 def test_evaluate_matches_an_unpadded_forward_and_masks_padding():
     policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), micro_batch_size=2)
-    out = policy.evaluate(TURNS)
+    out = policy.score_turns(TURNS)
     assert out.logprobs.shape == (3, 3) and out.entropy.shape == (3, 3) and out.values is None
     assert out.mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
     with torch.no_grad():
@@ -113,7 +113,7 @@ def test_loss_decreases_and_only_the_adapter_changes():
     for _ in range(6):  # fixed batch, old = current weights each update: loss = -sum(A * logp)/..
         turns = [ep.turns[0] for ep in episodes]
         with torch.no_grad():
-            lp = policy.evaluate(turns).logprobs.sum(1)
+            lp = policy.score_turns(turns).logprobs.sum(1)
         adv = algos.get("grpo").group_relative_advantages(algo, episodes, "grpo")
         objective.append(-(adv * lp).mean().item())
         algo.update(episodes)
@@ -134,8 +134,8 @@ def test_reference_is_the_base_model_with_adapter_disabled():
         for n, p in policy.model.named_parameters():
             if "lora_B" in n:
                 p.normal_(0, 0.5)
-    ref = policy.evaluate(TURNS, reference=True)
-    cur = policy.evaluate(TURNS)
+    ref = policy.score_turns(TURNS, reference=True)
+    cur = policy.score_turns(TURNS)
     assert not ref.logprobs.requires_grad
     for i, expected in enumerate(base_lp):
         assert ref.logprobs[i, : len(expected)].tolist() == pytest.approx(expected, abs=1e-5)
@@ -150,11 +150,11 @@ def test_save_and_load_adapter_round_trip(tmp_path):
                 p.normal_(0, 0.5)
     path = policy.save_adapter(tmp_path / "adapter")
     assert (path / "adapter_config.json").is_file() and (path / "adapter_model.safetensors").is_file()
-    expected = policy.evaluate(TURNS).logprobs.detach()
+    expected = policy.score_turns(TURNS).logprobs.detach()
     fresh = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8))
-    assert not torch.allclose(fresh.evaluate(TURNS).logprobs, expected)
+    assert not torch.allclose(fresh.score_turns(TURNS).logprobs, expected)
     fresh.load_adapter(path)
-    assert torch.allclose(fresh.evaluate(TURNS).logprobs, expected, atol=1e-6)
+    assert torch.allclose(fresh.score_turns(TURNS).logprobs, expected, atol=1e-6)
     other_rank = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=2, alpha=4))
     with pytest.raises(ValueError, match="rank"):
         other_rank.load_adapter(path)
@@ -168,7 +168,7 @@ def test_from_pretrained_loads_a_local_directory(tmp_path):
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"t{i}": i for i in range(64)}, unk_token="t0"))
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="t0").save_pretrained(tmp_path / "model")
     policy = LoRALMPolicy.from_pretrained(tmp_path / "model", LoRAConfig(rank=4, alpha=8), dtype=torch.float32)
-    assert policy.evaluate(TURNS).logprobs.shape == (3, 3)
+    assert policy.score_turns(TURNS).logprobs.shape == (3, 3)
     with pytest.raises(FileNotFoundError, match="config.json"):
         LoRALMPolicy.from_pretrained(tmp_path / "nowhere")
 
@@ -192,11 +192,11 @@ def test_vlm_turns_never_put_lora_on_the_vision_tower_and_batch_consistently():
         Turn(prompt_ids=prompt([5]), response_ids=[7, 8], images=[images[0]]),
         Turn(prompt_ids=prompt([5, 9, 9]), response_ids=[10], images=[images[1]]),
     ]
-    batched = policy.evaluate(turns)
-    alone = [policy.evaluate([t]) for t in turns]
+    batched = policy.score_turns(turns)
+    alone = [policy.score_turns([t]) for t in turns]
     assert torch.allclose(batched.logprobs[0, :2], alone[0].logprobs[0], atol=1e-5)
     assert torch.allclose(batched.logprobs[1, :1], alone[1].logprobs[0], atol=1e-5)
-    swapped = policy.evaluate([Turn(prompt_ids=turns[0].prompt_ids, response_ids=[7, 8], images=[images[1]])])
+    swapped = policy.score_turns([Turn(prompt_ids=turns[0].prompt_ids, response_ids=[7, 8], images=[images[1]])])
     assert not torch.allclose(swapped.logprobs, alone[0].logprobs), "the image must influence the scores"
     loss = -batched.logprobs.sum()
     loss.backward()

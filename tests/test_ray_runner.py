@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from runners import ray_runner
+from runners.dist import ray_runner
 from sft_cache import cached_sft_model
-from runners.ray_runner import PADDING_KEY, merge_update_metrics, padding_passes, split_evenly
+from runners.dist.ray_runner import PADDING_KEY, merge_update_metrics, padding_passes, split_evenly
 
 
 # ------------------------------------------------------------------ pure helpers (no Ray)
@@ -41,7 +41,7 @@ def test_merge_update_metrics_sums_counts_and_averages_the_rest():
 
 def _config(run_dir, *overrides):
     from runners.config import apply_overrides
-    from runners.presets import get_preset
+    from runners.config.presets import get_preset
 
     return apply_overrides(get_preset("cpu-tiny"), [f"run_dir={run_dir}", *overrides])
 
@@ -49,13 +49,13 @@ def _config(run_dir, *overrides):
 def test_ray_config_comes_from_the_runner_section(tmp_path):
     from runners.config import ConfigError
 
-    cfg = _config(tmp_path, "runner.num_workers=2", 'runner.options={"max_restarts": 5, "cpus_per_worker": 2}')
+    cfg = _config(tmp_path, "runner.num_workers=2", "runner.ray.max_restarts=5", "runner.ray.cpus_per_worker=2")
     rc = ray_runner.ray_config_from(cfg)
     assert (rc.num_workers, rc.max_restarts, rc.cpus_per_worker, rc.gpus_per_worker) == (2, 5, 2.0, 0.0)
     gpu = _config(tmp_path, "model.device=cuda", "runner.num_gpus=6", "runner.num_workers=6", "loop.mazes_per_step=12")
     assert ray_runner.ray_config_from(gpu).gpus_per_worker == 1.0
-    with pytest.raises(ConfigError, match="max_restart"):
-        ray_runner.ray_config_from(_config(tmp_path, 'runner.options={"max_restart": 1}'))
+    with pytest.raises(ConfigError, match="did you mean 'max_restarts'"):
+        _config(tmp_path, "runner.ray.max_restart=1")
     with pytest.raises(ConfigError, match="mazes_per_step"):
         ray_runner.ray_config_from(_config(tmp_path, "runner.num_workers=4", "loop.mazes_per_step=2"))
 
@@ -114,7 +114,7 @@ def _small(run_dir, model, *overrides):
 
 
 def _records(run_dir) -> list[dict]:
-    from runners.metrics import read_jsonl
+    from runners.train.metrics import read_jsonl
 
     return read_jsonl(Path(run_dir) / "metrics.jsonl", phase="rl")
 
@@ -190,7 +190,7 @@ def test_two_workers_train_and_improve(ray_cluster, sft_model, tmp_path):
     # Learning: the greedy solve rate on the fixed 64 mazes goes up.
     assert result.after["solve_rate"] > result.before["solve_rate"] + IMPROVEMENT, (result.before, result.after)
     info = json.loads((tmp_path / "ray_workers.json").read_text())
-    assert [w["rank"] for w in info] == [0, 1] and info[0]["backend"] == "gloo"
+    assert [w["rank"] for w in info] == [0, 1] and info[0]["dist_backend"] == "gloo"
     assert (tmp_path / "final_adapter" / "adapter_model.safetensors").is_file()
 
 
@@ -208,7 +208,7 @@ def test_killed_worker_is_replaced_and_the_run_finishes(ray_cluster, sft_model, 
         "runner.num_workers=2",
         "loop.steps=5",
         "checkpoint.every=2",
-        'runner.options={"max_restarts": 2}',
+        "runner.ray.max_restarts=2",
     )
     killed = {}
 

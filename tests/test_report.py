@@ -20,7 +20,7 @@ from mazegym.recording import OUTCOME_RGB, maze_grid, maze_thumbnail
 from mazegym.solver import shortest_path_actions
 from report_helpers import NO_CHROMIUM, assert_renders_in_chromium, chromium
 from runners import cli
-from runners.evaluate import (
+from runners.rollout.evaluate import (
     discard_eval_records,
     eval_summary,
     list_eval_records,
@@ -31,7 +31,7 @@ from runners.evaluate import (
     strip_records,
     write_eval_records,
 )
-from runners.rollout import RolloutConfig
+from runners.rollout.collect import RolloutConfig
 
 SET = "heldout-7x7"
 
@@ -117,9 +117,9 @@ def test_thumbnails_are_framed_by_outcome():
 def make_run(run: Path, evals: bool = True, metrics: bool = True) -> Path:
     """A run dir written by the same functions a training run uses."""
     from runners.config import to_dict
-    from runners.metrics import MetricsLogger
-    from runners.presets import get_preset
-    from runners.report import record_invocation
+    from runners.train.metrics import MetricsLogger
+    from runners.config.presets import get_preset
+    from runners.train.run_info import record_invocation
 
     cfg = get_preset("cpu-tiny")
     cfg.run_dir = str(run)
@@ -236,11 +236,11 @@ class _Backend:
 def test_the_loop_writes_records_per_eval_and_one_tensorboard_tag_per_quantity(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from runners.checkpoint import CheckpointManager
+    from runners.train.checkpoint import CheckpointManager
     from runners.config import apply_overrides
-    from runners.loop import LoopState, run_rl_loop
-    from runners.metrics import MetricsLogger
-    from runners.presets import get_preset
+    from runners.train.loop import LoopState, run_rl_loop
+    from runners.train.metrics import MetricsLogger
+    from runners.config.presets import get_preset
 
     class Stream:
         def __next__(self):

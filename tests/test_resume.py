@@ -5,8 +5,8 @@ import json
 import pytest
 
 from runners.config import apply_overrides
-from runners.metrics import read_jsonl
-from runners.presets import get_preset
+from runners.train.metrics import read_jsonl
+from runners.config.presets import get_preset
 
 STEPS = 4
 STOP = 2
@@ -45,7 +45,9 @@ def _rl_records(run_dir):
 def test_resume_matches_uninterrupted_run(tmp_path):
     import torch
 
-    from runners.local import run_sft, train
+    from runners.build import run_sft
+
+    from runners.local import train
 
     torch.set_num_threads(1)
     sft_cfg = apply_overrides(

@@ -9,10 +9,10 @@ import torch
 from mazegym.llm import format_action
 from mazegym.maze import sample_maze
 from mazegym.solver import shortest_path_actions
-from runners.generation.base import GenerationResult, Prompt, SamplingConfig
-from runners.generation.hf import HFGenerator
-from runners.generation.prompts import ChatEncoder
-from runners.rollout import RolloutConfig, collect_groups, evaluate_mazes, rollout_metrics
+from runners.rollout.generation.base import GenerationResult, Prompt, SamplingConfig
+from runners.rollout.generation.hf import HFGenerator
+from runners.rollout.generation.prompts import ChatEncoder
+from runners.rollout.collect import RolloutConfig, collect_groups, evaluate_mazes, rollout_metrics
 from runners.tiny import build_tiny_text_lm, build_tiny_vlm, build_tokenizer
 
 
@@ -188,7 +188,7 @@ def test_tiny_text_model_episodes_are_well_formed(text_gen):
     policy = LoRALMPolicy.from_pretrained(text_gen.model_path, lora=LoRAConfig(rank=4, alpha=8), dtype=torch.float32)
     turns = [t for e in episodes for t in e.turns]
     with torch.no_grad():
-        out = policy.evaluate(turns)
+        out = policy.score_turns(turns)
     for i, t in enumerate(turns):
         assert np.allclose(out.logprobs[i, : len(t.logprobs)].numpy(), t.logprobs, atol=1e-4)
 

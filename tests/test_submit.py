@@ -15,12 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from runners import submit
+from runners.dist import submit
 
 
-def test_entrypoint_runs_the_ray_runner_module_with_quoted_args():
-    cmd = submit.build_entrypoint(["--run-name", "a b", "--seed", "3"])
-    assert shlex.split(cmd) == ["python", "-m", "runners.ray_runner", "--run-name", "a b", "--seed", "3"]
+def test_entrypoint_runs_mazegym_train_on_ray_with_quoted_args():
+    cmd = submit.build_entrypoint(["--run-dir", "a b", "loop.seed=3"])
+    assert shlex.split(cmd) == [
+        "python",
+        "-m",
+        "runners.cli",
+        "train",
+        "--run-dir",
+        "a b",
+        "loop.seed=3",
+        "runner.kind=ray",
+    ]
 
 
 def test_runtime_env_uploads_working_dir_without_virtualenvs(tmp_path):

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from mazegym.maze import sample_maze
-from runners.generation.base import Prompt, SamplingConfig
-from runners.generation.hf import HFGenerator
-from runners.rollout import RolloutConfig, collect_groups
-from runners.sync import AdapterSync
+from runners.rollout.generation.base import Prompt, SamplingConfig
+from runners.rollout.generation.hf import HFGenerator
+from runners.rollout.collect import RolloutConfig, collect_groups
+from runners.train.sync import AdapterSync
 from runners.tiny import build_tiny_text_lm
 from lora_helpers import perturb_lora, tiny_lora_policy
 
@@ -97,7 +97,7 @@ def test_sync_changes_what_the_generator_samples_and_stamps_versions(tmp_path, m
     from algos.data import Turn
 
     with torch.no_grad():
-        ref = policy.evaluate([Turn(prompt_ids=prompt.prompt_ids, response_ids=after.response_ids)]).logprobs[0]
+        ref = policy.score_turns([Turn(prompt_ids=prompt.prompt_ids, response_ids=after.response_ids)]).logprobs[0]
     assert np.allclose(scored, ref.numpy(), atol=1e-4)
 
     # Second sync: in-place reload; rollouts carry the new version.

@@ -133,8 +133,8 @@ def test_vlm_runs_forward_with_pixels(vlm):
 
 def test_tiny_qwen3_vl_has_the_8b_layout_and_plays_image_turns(tmp_path):
     """The Qwen3-VL-shaped tiny model (GQA, interleaved M-RoPE, 16 px patches, DeepStack) loads and plays in bf16."""
-    from runners.generation.hf import HFGenerator
-    from runners.rollout import RolloutConfig, collect_groups
+    from runners.rollout.generation.hf import HFGenerator
+    from runners.rollout.collect import RolloutConfig, collect_groups
     from mazegym.evalsets import load_eval_set
 
     path = build_tiny_qwen3_vl(tmp_path / "qwen3_vl")

@@ -5,7 +5,7 @@
   would make trainer and sampler run different models) nor ``lm_head``.
 - The KL reference is the same model with the adapter disabled (``peft``'s
   ``disable_adapter()`` context): no second copy of the weights.
-- ``evaluate`` builds each row as ``turn.prompt_ids + turn.response_ids``, right-pads, runs
+- ``score_turns`` builds each row as ``turn.prompt_ids + turn.response_ids``, right-pads, runs
   micro-batches, and scores only the response positions (column j = response token j).
 - Vision turns (``turn.images`` non-empty): ``prompt_ids`` must already contain the model's
   image placeholder tokens, expanded to the right count (:meth:`LoRALMPolicy.image_token_count`
@@ -13,7 +13,7 @@
   raw images stored in ``turn.images``. It depends on nothing but the turns themselves, so the
   rollout side only has to store raw images and the expanded token ids it generated from.
 - Critic (``value_head=True``, for PPO): a :class:`ValueHead` on the last hidden state, read at
-  each turn's last prompt token (:meth:`LoRALMPolicy.evaluate`), trained with the adapter and
+  each turn's last prompt token (:meth:`LoRALMPolicy.score_turns`), trained with the adapter and
   saved next to it as ``value_head.safetensors``. Generation engines never load it: they only
   sample, and a value is needed only inside the update.
 """
@@ -236,7 +236,7 @@ class LoRALMPolicy:
         """Device of the model's parameters."""
         return next(self.model.parameters()).device
 
-    def evaluate(self, turns: Sequence[Turn], *, reference: bool = False) -> PolicyOutput:
+    def score_turns(self, turns: Sequence[Turn], *, reference: bool = False) -> PolicyOutput:
         """Log-probs (and entropy) of each turn's response tokens, in micro-batches.
 
         With a value head, also each turn's value, read at its last prompt token

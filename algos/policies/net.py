@@ -21,7 +21,7 @@ Architectures (``arch``):
 ``act()`` samples (or, with ``greedy=True``, takes the argmax of) the masked distribution;
 illegal moves from ``info["action_mask"]`` get probability 0 when a mask is given. Rollouts
 store ``MazeNetPolicy.turn_observation(obs, mask)`` in ``Turn.observation`` so that
-``evaluate`` scores with exactly the distribution that sampled.
+``score_turns`` scores with exactly the distribution that sampled.
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ class MazeNetPolicy(nn.Module):
         return out
 
     # ------------------------------------------------------------------------ Policy API
-    def evaluate(self, turns: Sequence[Turn], *, reference: bool = False) -> PolicyOutput:
+    def score_turns(self, turns: Sequence[Turn], *, reference: bool = False) -> PolicyOutput:
         """Log-prob of each turn's action (``response_ids[0]``), entropy and value; L == 1."""
         if reference:
             raise ValueError("MazeNetPolicy has no reference model; use kl_coef=0")

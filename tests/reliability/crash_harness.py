@@ -4,7 +4,7 @@
         [--anchor MODULE:ATTR --anchor-at K] -- train --run-dir R ...
 
 ``MODULE:ATTR`` names a module-level function (``runners.local:update_step``) or a method
-(``runners.sync:AdapterSync.publish``). On its ``N``-th call the process kills itself with
+(``runners.train.sync:AdapterSync.publish``). On its ``N``-th call the process kills itself with
 SIGKILL, ``before`` calling the original or ``after`` it returned: no handler, ``finally`` or
 flush runs, as when the machine loses the process. With ``--anchor``, calls of the target are
 counted only once the anchor has been called ``K`` times (e.g. the 2nd generate call of step

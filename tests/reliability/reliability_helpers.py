@@ -46,7 +46,7 @@ def net_algorithm(stepped: bool = True) -> Any:
 
 def write_fake_checkpoint(directory: Path, files: dict[str, bytes] | None = None) -> None:
     """Fill ``directory`` with a full set of (meaningless) checkpoint files."""
-    from runners.checkpoint import REQUIRED_FILES
+    from runners.train.checkpoint import REQUIRED_FILES
 
     for rel in REQUIRED_FILES:
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)

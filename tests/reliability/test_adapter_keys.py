@@ -54,7 +54,7 @@ def test_trainer_refuses_missing_and_unexpected_tensors(model_path, adapters):
 
 
 def test_hf_generator_refuses_missing_and_unexpected_tensors(model_path, adapters):
-    from runners.generation.hf import HFGenerator
+    from runners.rollout.generation.hf import HFGenerator
 
     generator = HFGenerator(model_path)
     with pytest.raises(ValueError, match="missing.*" + adapters["dropped"][1].replace(".", r"\.")):
@@ -79,7 +79,7 @@ class _Engine:
 
 
 def test_vllm_generator_refuses_before_the_engine_sees_the_adapter(model_path, adapters):
-    from runners.generation.vllm import VLLMGenerator
+    from runners.rollout.generation.vllm import VLLMGenerator
 
     generator = VLLMGenerator.__new__(VLLMGenerator)  # no engine build: only load_adapter's checks run
     generator.model_path = str(model_path)

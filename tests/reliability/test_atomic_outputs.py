@@ -10,9 +10,9 @@ import pytest
 
 from runners import atomic
 from runners.config import apply_overrides
-from runners.evaluate import write_json
-from runners.loop import LoopState, finish_run
-from runners.presets import get_preset
+from runners.rollout.evaluate import write_json
+from runners.train.loop import LoopState, finish_run
+from runners.config.presets import get_preset
 
 
 def test_write_json_goes_through_a_fsynced_temp_file_and_a_rename(tmp_path, monkeypatch):
@@ -100,7 +100,7 @@ def _run_with_adapter(tmp_path: Path):
 
 
 def test_export_refuses_a_non_empty_foreign_directory_unless_forced(tmp_path):
-    from runners.export import export
+    from runners.artifacts.export import export
 
     config = _run_with_adapter(tmp_path)
     out = tmp_path / "mine"
@@ -114,7 +114,7 @@ def test_export_refuses_a_non_empty_foreign_directory_unless_forced(tmp_path):
 
 
 def test_re_export_replaces_an_earlier_export_and_names_final_paths(tmp_path):
-    from runners.export import export
+    from runners.artifacts.export import export
 
     config = _run_with_adapter(tmp_path)
     out = tmp_path / "exp"

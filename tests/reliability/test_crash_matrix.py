@@ -83,19 +83,19 @@ LOCAL = "runners.local"
 POINTS = [
     KillPoint(
         "generation: 2nd sampling call of step 2's rollouts",
-        "runners.generation.hf:HFGenerator.generate",
+        "runners.rollout.generation.hf:HFGenerator.generate",
         2,
         anchor=(f"{LOCAL}:play_step_mazes", 2),
     ),
     KillPoint("update: step 2, after the optimizer step", f"{LOCAL}:update_step", 2, "after"),
     KillPoint(
         "sync publish: step 2's adapter renamed into place, LATEST not yet written",
-        "runners.sync:AdapterSync._write_latest",
+        "runners.train.sync:AdapterSync._write_latest",
         2,
     ),
     KillPoint(
         "sync load: step 2's adapter loaded into the generator",
-        "runners.generation.hf:HFGenerator.load_adapter",
+        "runners.rollout.generation.hf:HFGenerator.load_adapter",
         2,
         "after",
     ),
@@ -108,13 +108,13 @@ POINTS = [
     ),
     KillPoint(
         "checkpoint write: step 2's files written, no manifest, not renamed",
-        "runners.checkpoint:write_manifest",
+        "runners.train.checkpoint:write_manifest",
         1,
         anchor=(f"{LOCAL}:save_checkpoint", 2),
     ),  # the adapter sync writes manifests too
     KillPoint(
         "checkpoint write: step 2 renamed into place, latest marker not yet",
-        "runners.checkpoint:CheckpointManager._write_latest",
+        "runners.train.checkpoint:CheckpointManager._write_latest",
         2,
     ),
     KillPoint(
@@ -122,7 +122,7 @@ POINTS = [
     ),
     KillPoint("final eval: step 3's evaluation", f"{LOCAL}:eval_step", 1),
     KillPoint("final checkpoint committed, step 3's record not yet", f"{LOCAL}:save_checkpoint", 3, "after"),
-    KillPoint("final adapter swapped in, eval_results.json not yet written", "runners.loop:write_json", 1),
+    KillPoint("final adapter swapped in, eval_results.json not yet written", "runners.train.loop:write_json", 1),
 ]
 
 

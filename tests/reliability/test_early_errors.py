@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import runners.cli as cli
-import runners.loop as loop
+import runners.train.loop as loop
 from runners.config import ConfigError, apply_overrides, validate
-from runners.presets import get_preset
+from runners.config.presets import get_preset
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-import runners.local as local
+import runners.build as build
+import runners.train.steps as steps
 from reliability_helpers import write_fake_checkpoint
 from runners import config as cfgmod
-from runners.checkpoint import CheckpointManager
+from runners.train.checkpoint import CheckpointManager
 from runners.cli import main
-from runners.presets import get_preset
+from runners.config.presets import get_preset
 
 
 @pytest.fixture
@@ -35,8 +36,8 @@ def calls(monkeypatch):
             "by_size": {},
         }
 
-    monkeypatch.setattr(local, "build_generator", build_generator)
-    monkeypatch.setattr(local, "eval_step", eval_step)
+    monkeypatch.setattr(build, "build_generator", build_generator)
+    monkeypatch.setattr(steps, "eval_step", eval_step)
     return seen
 
 

@@ -17,8 +17,8 @@ from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.llm import ACTION_NAMES, MAX_SCAN_CHARS, parse_action
 from mazegym.maze import sample_maze
 from mazegym.wrappers import TextActionWrapper
-from runners.generation.base import GenerationResult
-from runners.rollout import RolloutConfig, collect_groups
+from runners.rollout.generation.base import GenerationResult
+from runners.rollout.collect import RolloutConfig, collect_groups
 
 COUNT = 10_000
 NOISE = (
@@ -157,7 +157,7 @@ class _HostileGenerator:
     """Hands back the hostile replies in order, as a backend might (any text, one token each)."""
 
     def __init__(self, replies):
-        from runners.generation.prompts import ChatEncoder
+        from runners.rollout.generation.prompts import ChatEncoder
         from runners.tiny import build_tokenizer
 
         self.encoder = ChatEncoder(build_tokenizer())

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import runners.checkpoint as ckpt
+import runners.train.checkpoint as ckpt
 from reliability_helpers import write_fake_checkpoint
-from runners.checkpoint import MANIFEST, REQUIRED_FILES, CheckpointManager, verify
+from runners.train.checkpoint import MANIFEST, REQUIRED_FILES, CheckpointManager, verify
 
 
 def _save(manager: CheckpointManager, step: int, payload: bytes = b"w" * 64) -> Path:

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from runners.checkpoint import CheckpointManager
+from runners.train.checkpoint import CheckpointManager
 from runners.cli import main
 from runners.config import apply_overrides
-from runners.loop import LoopState, run_rl_loop
-from runners.metrics import MetricsLogger, read_jsonl
-from runners.presets import get_preset
+from runners.train.loop import LoopState, run_rl_loop
+from runners.train.metrics import MetricsLogger, read_jsonl
+from runners.config.presets import get_preset
 
 
 def test_resume_latest_with_nothing_to_resume_fails(tmp_path):
@@ -157,7 +157,7 @@ def test_resume_logs_the_record_of_a_step_killed_between_its_checkpoint_and_its_
 
 
 def test_a_rerun_sft_stage_drops_its_vision_pretraining_records_too(tmp_path):
-    from runners.local import discard_sft_records
+    from runners.train.sft import discard_sft_records
 
     metrics = MetricsLogger(tmp_path, tensorboard=False)
     for phase in ("vision", "sft"):

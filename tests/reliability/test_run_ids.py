@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reliability_helpers import write_fake_checkpoint
-from runners.checkpoint import LATEST, CheckpointManager, run_id_of
+from runners.train.checkpoint import LATEST, CheckpointManager, run_id_of
 
 
 def _save(manager: CheckpointManager, step: int):

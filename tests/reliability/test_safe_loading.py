@@ -14,9 +14,9 @@ import torch
 
 from mazegym.evalsets import MazeStream
 from reliability_helpers import FakeAdapterPolicy, net_algorithm
-from runners.checkpoint import CheckpointManager, write_manifest
+from runners.train.checkpoint import CheckpointManager, write_manifest
 from runners.config import TrainConfig
-from runners.local import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from runners.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,7 +96,7 @@ def test_no_code_loads_pickles_from_disk():
 def test_a_real_lora_policy_checkpoint_round_trips_through_safe_loading(tmp_path, one_torch_thread):
     import algos
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
-    from runners.generation.adapters import check_adapter
+    from runners.rollout.generation.adapters import check_adapter
     from runners.tiny import build_tiny_text_lm
 
     model = build_tiny_text_lm(

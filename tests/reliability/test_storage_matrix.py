@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 import mazegym.evalsets as evalsets
 from lora_helpers import perturb_lora, tiny_lora_policy
-from runners.sync import LATEST_FILE, AdapterSync, AdapterSyncError, version_dir_name
+from runners.train.sync import LATEST_FILE, AdapterSync, AdapterSyncError, version_dir_name
 from runners.tiny import build_tiny_text_lm
 
 
@@ -34,7 +34,7 @@ def policy(model_path):
 
 @pytest.fixture(scope="module")
 def generator(model_path):
-    from runners.generation.hf import HFGenerator
+    from runners.rollout.generation.hf import HFGenerator
 
     return HFGenerator(model_path)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runners import submit
+from runners.dist import submit
 
 SOURCE = ["pyproject.toml", "runners/cli.py", "mazegym/data/eval.json"]
 SECRETS_AND_WEIGHTS = [

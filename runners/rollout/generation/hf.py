@@ -2,7 +2,7 @@
 
 Log-probs are recomputed from the raw logits ``generate`` returns: ``log_softmax(logits / T)``
 at the sampled token (T = 1 when greedy), i.e. the temperature-scaled distribution before
-top-p/top-k truncation -- the convention of :mod:`runners.generation.base`.
+top-p/top-k truncation -- the convention of :mod:`runners.rollout.generation.base`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
-from runners.generation.adapters import check_adapter
-from runners.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
-from runners.generation.prompts import (
+from runners.rollout.generation.adapters import check_adapter
+from runners.rollout.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
+from runners.rollout.generation.prompts import (
     ChatEncoder,
     image_token_id_of,
     load_image_processor,
@@ -74,7 +74,7 @@ class HFGenerator:
         """Load the PEFT adapter at ``path`` (in place when the LoRA layout is unchanged).
 
         An adapter missing LoRA tensors, or holding tensors this model has no place for, is
-        refused with a ``ValueError`` naming them (:func:`runners.generation.adapters.check_adapter`).
+        refused with a ``ValueError`` naming them (:func:`runners.rollout.generation.adapters.check_adapter`).
         """
         from peft import PeftModel, set_peft_model_state_dict
         from safetensors.torch import load_file

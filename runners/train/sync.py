@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runners.checkpoint import MANIFEST, fsync_path, read_manifest, verify, write_manifest
+from runners.train.checkpoint import MANIFEST, fsync_path, read_manifest, verify, write_manifest
 
 LATEST_FILE = "LATEST"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")

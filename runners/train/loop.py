@@ -4,11 +4,11 @@ One step is ``generate -> score -> update -> sync -> [eval] -> [checkpoint] -> l
 the run evaluates the final policy, saves the final adapter, evaluates the held-out sets and
 writes ``eval_results.json`` plus the case-study table. :func:`run_rl_loop` owns all of that
 bookkeeping (step counter, eval history, progress bar, deadline, interruption, metrics
-records); *where* each phase runs is a :class:`StepBackend`'s business:
+records); *where* each phase runs is a :class:`StepExecutor`'s business:
 
-* :class:`runners.local.LocalBackend` runs every phase in this process;
-* :class:`runners.ray_runner.RayBackend` fans phases out to the worker group (placement and
-  transport only) and adds its own metrics through :meth:`StepBackend.step_extras`.
+* :class:`runners.local.LocalExecutor` runs every phase in this process;
+* :class:`runners.dist.ray_runner.RayExecutor` fans phases out to the worker group (placement and
+  transport only) and adds its own metrics through :meth:`StepExecutor.step_extras`.
 
 So the local and Ray runners log the same keys, checkpoint at the same steps and evaluate
 on the same schedule by construction, not by keeping two loops in step.
@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from algos.data import Episode
 from runners import atomic
-from runners.evaluate import (
+from runners.rollout.evaluate import (
     case_study_table,
     discard_eval_records,
     format_table,
@@ -32,8 +32,8 @@ from runners.evaluate import (
     write_eval_records,
     write_json,
 )
-from runners.metrics import PhaseTimer, Progress, read_jsonl
-from runners.rollout import rollout_metrics
+from runners.train.metrics import PhaseTimer, Progress, read_jsonl
+from runners.rollout.collect import rollout_metrics
 
 
 @dataclass
@@ -74,7 +74,18 @@ class LoopState:
     """The metrics record of step ``step`` as its checkpoint saved it (without the checkpoint's own timing)."""
 
 
-class StepBackend(Protocol):
+def loop_state_from(saved: dict[str, Any]) -> LoopState:
+    """The loop state a checkpoint's ``state.json`` content restores (the stream state stays with the stream)."""
+    return LoopState(
+        step=int(saved["step"]),
+        before=saved.get("before"),
+        history=saved.get("eval_history", []),
+        record=saved.get("record"),
+        stream=saved.get("stream"),
+    )
+
+
+class StepExecutor(Protocol):
     """Where the phases of one RL step run (see the module docstring)."""
 
     description: str
@@ -90,7 +101,7 @@ class StepBackend(Protocol):
         """Publish the trained adapter as version ``step`` and load it into every engine."""
 
     def evaluate(self, set_name: str) -> dict[str, Any]:
-        """Summary of the current policy on a fixed eval set (runners.evaluate.summarize keys)."""
+        """Summary of the current policy on a fixed eval set (runners.rollout.evaluate.summarize keys)."""
 
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Write checkpoint ``step`` (adapter, optimizer, RNGs, stream state, ``extra``)."""
@@ -117,13 +128,13 @@ def eval_fields(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def evaluate_and_record(
-    backend: StepBackend, set_name: str, run_dir: Path, step: int, label: str, metrics: Any = None, grid: bool = False
+    executor: StepExecutor, set_name: str, run_dir: Path, step: int, label: str, metrics: Any = None, grid: bool = False
 ) -> dict[str, Any]:
     """Evaluate ``set_name``, write its per-maze records under ``run_dir/eval`` and return the bare summary.
 
     With ``grid``, the solved/failed thumbnail grid goes to TensorBoard too (``eval/mazes``).
     """
-    summary = backend.evaluate(set_name)
+    summary = executor.evaluate(set_name)
     write_eval_records(run_dir, step, summary, label)
     if grid and summary.get("mazes") and hasattr(metrics, "log_image"):
         from mazegym.evalsets import load_eval_set
@@ -181,7 +192,7 @@ def restore_unlogged_record(metrics: Any, state: LoopState, log: Callable[[str],
 
 def run_rl_loop(
     config: Any,
-    backend: StepBackend,
+    executor: StepExecutor,
     stream: Any,
     state: LoopState,
     run_dir: Path,
@@ -191,7 +202,7 @@ def run_rl_loop(
     stop_after: int | None,
     t_start: float,
 ) -> RunResult:
-    """Run RL steps ``state.step + 1 .. config.loop.steps`` on ``backend``; returns the run's result.
+    """Run RL steps ``state.step + 1 .. config.loop.steps`` on ``executor``; returns the run's result.
 
     ``stream`` yields the training mazes (already restored to ``state``); ``state`` is updated
     after every step. ``stop_after`` ends this invocation after that many steps *as if
@@ -206,7 +217,7 @@ def run_rl_loop(
         timer = PhaseTimer()
         with timer.phase("eval"):
             state.before = evaluate_and_record(
-                backend, config.maze.eval_set, run_dir, 0, "before_rl", metrics, grid=True
+                executor, config.maze.eval_set, run_dir, 0, "before_rl", metrics, grid=True
             )
         b = state.before
         metrics.log(0, {**eval_fields(b), **timer.pop()}, phase="eval")
@@ -214,22 +225,22 @@ def run_rl_loop(
         log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
 
     progress = Progress(
-        config.loop.steps, initial=state.step, desc=backend.description, enabled=config.logging.progress
+        config.loop.steps, initial=state.step, desc=executor.description, enabled=config.logging.progress
     )
     try:  # the bar is closed however the loop ends (finished, interrupted, or failed)
-        stopped, after, final_step = _run_steps(config, backend, stream, state, metrics, progress, stop_after, run_dir)
+        stopped, after, final_step = _run_steps(config, executor, stream, state, metrics, progress, stop_after, run_dir)
     finally:
         progress.close()
     if stopped:
         return RunResult(run_dir, state.before, None, state.step, time.perf_counter() - t_start)
     if after is None:  # resumed a finished run: evaluate what the checkpoint holds
-        after = evaluate_and_record(backend, config.maze.eval_set, run_dir, final_step, "final", metrics)
-    return finish_run(config, backend, state, after, final_step, run_dir, manager, metrics, t_start)
+        after = evaluate_and_record(executor, config.maze.eval_set, run_dir, final_step, "final", metrics)
+    return finish_run(config, executor, state, after, final_step, run_dir, manager, metrics, t_start)
 
 
 def _run_steps(
     config: Any,
-    backend: StepBackend,
+    executor: StepExecutor,
     stream: Any,
     state: LoopState,
     metrics: Any,
@@ -245,18 +256,18 @@ def _run_steps(
         step = state.step + 1
         timer = PhaseTimer()
         with timer.phase("generate"):
-            episodes = backend.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
+            episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
         with timer.phase("score"):
             roll = rollout_metrics(episodes)
         with timer.phase("update"):
-            upd = backend.update(episodes)
+            upd = executor.update(episodes)
         with timer.phase("sync"):
-            syn = backend.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
+            syn = executor.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
         record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
         done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
         if done or (config.eval.every and step % config.eval.every == 0):
             with timer.phase("eval"):
-                res = evaluate_and_record(backend, config.maze.eval_set, run_dir, step, "rl", metrics, grid=True)
+                res = evaluate_and_record(executor, config.maze.eval_set, run_dir, step, "rl", metrics, grid=True)
             last_eval = res["solve_rate"]
             state.history.append({"step": step, "solve_rate": last_eval})
             record.update(eval_fields(res))
@@ -265,14 +276,14 @@ def _run_steps(
         if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
             unlogged = {**record, **timer.peek()}  # saved with the checkpoint: a kill before metrics.log loses nothing
             with timer.phase("checkpoint"):
-                backend.checkpoint(
+                executor.checkpoint(
                     step,
                     stream.state_dict(),
                     {"before": state.before, "eval_history": state.history, "record": unlogged},
                 )
         timings = timer.pop()
         record.update(timings)
-        record.update(backend.step_extras(step, record, timings, len(episodes)))
+        record.update(executor.step_extras(step, record, timings, len(episodes)))
         metrics.log(step, record, phase="rl")
         state.step, state.stream = step, stream.state_dict()
         progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
@@ -287,7 +298,7 @@ def _run_steps(
 
 def finish_run(
     config: Any,
-    backend: StepBackend,
+    executor: StepExecutor,
     state: LoopState,
     after: dict[str, Any],
     final_step: int,
@@ -300,15 +311,15 @@ def finish_run(
     final_adapter = run_dir / "final_adapter"
     staging = atomic.temp_dir_beside(final_adapter)
     try:
-        backend.save_adapter(staging)
+        executor.save_adapter(staging)
         atomic.replace_dir(staging, final_adapter)  # a crash leaves the previous final adapter, never an empty one
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     heldout = {
-        name: evaluate_and_record(backend, name, run_dir, final_step, "heldout") for name in config.maze.heldout_sets
+        name: evaluate_and_record(executor, name, run_dir, final_step, "heldout") for name in config.maze.heldout_sets
     }
     seconds = time.perf_counter() - t_start
-    extra_results, extra_artifacts = backend.results_extras()
+    extra_results, extra_artifacts = executor.results_extras()
     results = {
         "eval_set": config.maze.eval_set,
         "before_rl": state.before,

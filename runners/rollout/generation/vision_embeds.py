@@ -23,8 +23,8 @@ import torch
 import algos.models  # noqa: F401  (registers MazeVLM with the transformers Auto classes)
 from algos.models.maze_vlm import MODEL_TYPE as MAZE_VLM_MODEL_TYPE
 from runners import atomic
-from runners.generation.base import Prompt
-from runners.generation.prompts import pixel_inputs
+from runners.rollout.generation.base import Prompt
+from runners.rollout.generation.prompts import pixel_inputs
 
 PROMPT_EMBEDS_MODEL_TYPES = (MAZE_VLM_MODEL_TYPE,)
 """Model types whose prompts vLLM receives as embeddings (their vision encoder is not a vLLM model)."""

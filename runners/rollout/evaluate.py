@@ -27,7 +27,7 @@ import numpy as np
 
 from algos.data import Episode
 from mazegym.evalsets import EVAL_SETS, load_eval_set
-from runners.rollout import RolloutConfig, evaluate_mazes, play_episodes
+from runners.rollout.collect import RolloutConfig, evaluate_mazes, play_episodes
 
 RECORDS_FORMAT = 1
 """Version of the per-maze eval record files (bumped when a field changes meaning)."""
@@ -229,12 +229,33 @@ def eval_rollout_config(base: RolloutConfig, set_name: str, temperature: float =
     return dataclasses.replace(base, max_moves=info.max_moves, temperature=temperature, group_size=1)
 
 
+def play_eval_mazes(
+    generator: Any,
+    set_name: str,
+    rollout: RolloutConfig,
+    temperature: float = 0.0,
+    start: int = 0,
+    stop: int | None = None,
+) -> list[Episode]:
+    """Play mazes ``[start, stop)`` of eval set ``set_name`` once each (greedy unless ``temperature`` > 0).
+
+    Maze ``i`` is played with seed ``i`` whichever slice it is in, so a set split over workers gives
+    the episodes one whole-set evaluation gives.
+    """
+    mazes = load_eval_set(set_name)[start:stop]
+    if not mazes:
+        return []
+    config = eval_rollout_config(rollout, set_name, temperature)
+    if temperature <= 0:
+        return evaluate_mazes(generator, mazes, config, seed=start)
+    return play_episodes(generator, mazes, config, 1, seed=start, keep_images=False)
+
+
 def evaluate_set(
     generator: Any,
     set_name: str,
     rollout: RolloutConfig,
     temperature: float = 0.0,
-    seed: int = 0,
     return_episodes: bool = False,
 ) -> dict[str, Any] | tuple[dict[str, Any], list[Episode]]:
     """Play every maze of ``set_name`` once (greedy unless ``temperature`` > 0) and summarise.
@@ -242,12 +263,8 @@ def evaluate_set(
     The summary includes the per-maze records (``"mazes"``) and replay settings (``"env"``), see
     :func:`eval_summary`.
     """
-    mazes = load_eval_set(set_name)
     config = eval_rollout_config(rollout, set_name, temperature)
-    if temperature <= 0:
-        episodes = evaluate_mazes(generator, mazes, config, seed=seed)
-    else:
-        episodes = play_episodes(generator, mazes, config, 1, seed=seed, keep_images=False)
+    episodes = play_eval_mazes(generator, set_name, rollout, temperature)
     summary = eval_summary(set_name, episodes, config, temperature)
     return (summary, episodes) if return_episodes else summary
 

@@ -3,8 +3,8 @@
 A demonstration is one play of a training maze by :func:`mazegym.solver.oracle_actions` (the
 shortest path, optionally with ``detours`` exploratory back-and-forth pairs, as VisGym's
 solver pads its routes). Every move becomes one training row, built the way
-:mod:`runners.rollout` builds a turn: system prompt, kept history, the current observation
-(text map and/or image), chat-templated by the same :class:`~runners.generation.prompts.ChatEncoder`;
+:mod:`runners.rollout.collect` builds a turn: system prompt, kept history, the current observation
+(text map and/or image), chat-templated by the same :class:`~runners.rollout.generation.prompts.ChatEncoder`;
 the target is the canonical reply ``<action>up</action>`` followed by the end-of-turn token,
 which is what the sampler returns. Only the reply tokens carry loss.
 
@@ -37,6 +37,11 @@ from mazegym.evalsets import MazeStream
 from mazegym.llm import build_messages, format_action, system_prompt, user_message
 from mazegym.maze import MazeSpec
 from mazegym.solver import oracle_actions
+from runners import atomic
+from runners.config import ConfigError, TrainConfig
+from runners.config.derived import rollout_config
+from runners.rollout.evaluate import write_json
+from runners.train.metrics import MetricsLogger, Progress
 
 # --------------------------------------------------------------------------- task tokens
 TURN_PHRASES = [
@@ -224,7 +229,7 @@ def response_nll(
     extra: dict[str, torch.Tensor] = {}
     images = [im for t in turns for im in t.images]
     if images:
-        from runners.generation.prompts import to_pil
+        from runners.rollout.generation.prompts import to_pil
 
         processed = image_processor(images=[to_pil(im) for im in images], return_tensors="pt")
         extra = {k: v for k, v in processed.items() if isinstance(v, torch.Tensor)}
@@ -274,7 +279,7 @@ def pretrain_vision(
     to norm 1). Each turn must show one image and record its agent cell (``Turn.state``) and move.
     Returns the final metrics.
     """
-    from runners.generation.prompts import to_pil
+    from runners.rollout.generation.prompts import to_pil
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = [p for p in base.vision_tower.parameters() if p.requires_grad]
@@ -386,3 +391,203 @@ def copy_model_dir(src: str | Path, dst: str | Path) -> Path:
         shutil.rmtree(dst)
     shutil.copytree(src, dst)
     return dst
+
+
+# --------------------------------------------------------------------------- the SFT stage of a run
+def sft_dir(config: TrainConfig) -> Path:
+    """Where the SFT stage writes: ``<run_dir>/sft``."""
+    return Path(config.run_dir) / "sft"
+
+
+def find_sft_checkpoint(config: TrainConfig) -> Path | None:
+    """An existing SFT result: ``sft.checkpoint`` or ``<run_dir>/sft/{model,adapter}`` when complete."""
+    if config.sft.checkpoint:
+        path = Path(config.sft.checkpoint).expanduser()
+        if not path.exists():
+            raise ConfigError(f"sft.checkpoint={config.sft.checkpoint!r} does not exist")
+        return path
+    out = sft_dir(config) / ("model" if config.sft.mode == "full" else "adapter")
+    return out if (sft_dir(config) / "DONE").is_file() and out.exists() else None
+
+
+def run_sft(
+    config: TrainConfig,
+    base: Path,
+    mazes: MazeStream,
+    log: Callable[[str], None] = print,
+    metrics: MetricsLogger | None = None,
+) -> Path:
+    """The SFT stage of a run: demonstrations from ``mazes`` on base model ``base``, written to
+    ``<run_dir>/sft``; returns the SFT model dir (full mode) or adapter dir (lora mode)."""
+    from runners.rollout.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer
+
+    out = sft_dir(config)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
+        discard_sft_records(metrics)
+    seed_everything(config.sft.seed)
+    tokenizer = load_tokenizer(base)
+    image_processor = load_image_processor(base)
+    encoder = ChatEncoder(tokenizer, image_processor, image_token_id_of(base))
+    rc = rollout_config(config)
+
+    def make_turns(spec, rng):
+        return demo_turns(
+            spec,
+            encoder,
+            max_moves=rc.max_moves,
+            obs_mode=rc.obs_mode,
+            history=rc.history,
+            history_k=rc.history_k,
+            detours=config.sft.detours,
+            rng=rng,
+            eos_id=tokenizer.eos_token_id,
+            env_kwargs=rc.env_kwargs,
+            state_prompt=rc.state_prompt,
+            random_start=config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts),
+        )
+
+    demos = DemoStream(mazes, make_turns, seed=config.sft.seed)
+    if config.sft.mode == "full":
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+        auto = (
+            AutoModelForImageTextToText
+            if hasattr(AutoConfig.from_pretrained(base), "vision_config")
+            else AutoModelForCausalLM
+        )
+        model = auto.from_pretrained(str(base), dtype=getattr(torch, config.model.dtype)).to(config.model.device)
+    else:
+        from algos.policies.lm import add_lora
+
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+        auto = (
+            AutoModelForImageTextToText
+            if hasattr(AutoConfig.from_pretrained(base), "vision_config")
+            else AutoModelForCausalLM
+        )
+        model = add_lora(
+            auto.from_pretrained(str(base), dtype=getattr(torch, config.model.dtype)).to(config.model.device),
+            config.lora,
+        )
+    t0 = time.perf_counter()
+    vision_final: dict[str, float] = {}
+    if config.sft.vision_steps > 0:
+        if not has_vision_pretraining(model):
+            raise ConfigError(
+                f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining "
+                "objective (MazeVLM has one); set sft.vision_steps=0"
+            )
+        vision_progress, on_vision_step = _step_logger(
+            config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"
+        )
+        try:
+            vision_final = pretrain_vision(
+                model,
+                demos,
+                steps=config.sft.vision_steps,
+                batch_size=config.sft.batch_size,
+                lr=config.sft.vision_lr,
+                image_processor=image_processor,
+                log=on_vision_step,
+            )
+        finally:
+            vision_progress.close()
+        log(
+            f"[sft] vision pretraining: {config.sft.vision_steps} steps, move accuracy "
+            f"{vision_final['vision_move_accuracy']:.2f} on its last batch"
+        )
+    if config.sft.mode == "full" and config.sft.freeze_vision:
+        freeze_vision_tower(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    progress, on_step = _step_logger(config, metrics, config.sft.steps, "SFT", "sft", "loss")
+    try:
+        final = train_sft(
+            model,
+            params,
+            demos,
+            steps=config.sft.steps,
+            batch_size=config.sft.batch_size,
+            lr=config.sft.lr,
+            pad_id=tokenizer.pad_token_id,
+            image_processor=image_processor,
+            localization_weight=config.sft.localization_weight,
+            log=on_step,
+        )
+    finally:
+        progress.close()
+    if config.sft.mode == "full":
+        target = out / "model"
+        model.save_pretrained(str(target), safe_serialization=True)
+        tokenizer.save_pretrained(str(target))
+        for extra in ("preprocessor_config.json", "generation_config.json"):
+            if (base / extra).is_file():
+                shutil.copy(base / extra, target / extra)
+    else:
+        target = out / "adapter"
+        model.save_pretrained(str(target), safe_serialization=True)
+    demo_moves = (config.sft.vision_steps + config.sft.steps) * config.sft.batch_size
+    info = {
+        "steps": config.sft.steps,
+        "vision_steps": config.sft.vision_steps,
+        "batch_size": config.sft.batch_size,
+        "demo_moves": demo_moves,
+        "mazes_seen": mazes.index,
+        "seconds": time.perf_counter() - t0,
+        "final": final,
+        "vision_final": vision_final,
+        "mode": config.sft.mode,
+    }
+    write_json(out / "sft_info.json", info)
+    atomic.write_text(out / "DONE", "ok\n")
+    log(
+        f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
+        f"in {info['seconds']:.0f}s -> {target}"
+    )
+    return target
+
+
+SFT_PHASES = ("vision", "sft")
+"""Metric phases the SFT stage logs (vision pretraining, then SFT); a rerun stage writes them all again."""
+
+
+def discard_sft_records(metrics: MetricsLogger) -> int:
+    """Drop the records of an earlier (unfinished) SFT stage, vision pretraining included; returns how many."""
+    return metrics.discard(lambda record: record.get("phase") in SFT_PHASES)
+
+
+def _step_logger(
+    config: TrainConfig, metrics: MetricsLogger | None, steps: int, desc: str, phase: str, loss_key: str
+) -> tuple[Progress, Callable[[int, dict[str, float]], None]]:
+    """A progress bar over ``steps`` and the per-step callback that advances it and logs the step under ``phase``."""
+    progress = Progress(steps, desc=desc, enabled=config.logging.progress)
+
+    def on_step(step: int, m: dict[str, float]) -> None:
+        progress.update(1, loss=m[loss_key])
+        if metrics is not None:
+            metrics.log(step, m, phase=phase)
+
+    return progress, on_step
+
+
+def freeze_vision_tower(model: torch.nn.Module) -> int:
+    """Freeze the vision encoder except its projector into the LM (Qwen-VL's merger); returns the frozen tensor count.
+
+    Backpropagating through a from-scratch vision tower dominates tiny-VLM SFT cost on CPU; a
+    frozen random patch embedding still separates the maze's few flat colours, and the trained
+    merger learns to read them.
+    """
+    import re
+
+    from algos.policies.lm import VISION_MODULE_PATTERN
+
+    vision = re.compile(VISION_MODULE_PATTERN)
+    frozen = 0
+    for name, param in model.named_parameters():
+        if vision.fullmatch(name) and "merger" not in name and "multi_modal_projector" not in name:
+            param.requires_grad_(False)
+            frozen += 1
+    return frozen

@@ -1,6 +1,6 @@
 """FSDP2 for the Ray runner's training ranks: shard the LoRA policy, keep ranks in lockstep, gather the adapter.
 
-Every Ray worker (:class:`runners.ray_runner.RolloutTrainWorker`) is one FSDP2 rank. The policy
+Every Ray worker (:class:`runners.dist.ray_runner.RolloutTrainWorker`) is one FSDP2 rank. The policy
 (:class:`algos.policies.lm.LoRALMPolicy`, a Hugging Face model with a PEFT LoRA adapter) is
 sharded with ``torch.distributed.fsdp.fully_shard``: one FSDP unit per decoder layer of the
 language model, then the root (which keeps the embeddings, the output head and, for a VLM, the
@@ -43,7 +43,7 @@ runs only once every rank has finished the micro-batches of that step (or the wh
 so step *j* of every rank is the same global optimizer step. After its local update a rank
 serves rounds until every rank is done (:meth:`Lockstep.finish`). Overhead: one tiny
 all-reduce per unit. With several ranks a micro-batch is one forward (see
-:meth:`ShardedLoRALMPolicy.evaluate`).
+:meth:`ShardedLoRALMPolicy.score_turns`).
 
 Gradient semantics. Reduce-scatter *sums* (gradient divide factor 1); at each global step
 *j* the summed shard gradients are divided by ``n_j``, the number of ranks that had data for
@@ -172,8 +172,8 @@ class ShardedLoRALMPolicy(LoRALMPolicy):
         self.lockstep: Lockstep | None = None
         """The lockstep that runs this rank's updates; set by :class:`Lockstep`."""
 
-    def evaluate(self, turns: Any, *, reference: bool = False) -> Any:
-        """``LoRALMPolicy.evaluate``; with grad under a lockstep of several ranks, one forward for all ``turns``.
+    def score_turns(self, turns: Any, *, reference: bool = False) -> Any:
+        """``LoRALMPolicy.score_turns``; with grad under a lockstep of several ranks, one forward for all ``turns``.
 
         An M unit is one forward and its backward: several forwards before one backward would
         let autograd interleave their reduce-scatters differently on different ranks. (The
@@ -183,11 +183,11 @@ class ShardedLoRALMPolicy(LoRALMPolicy):
         """
         lockstep = self.lockstep
         if not torch.is_grad_enabled() or reference or lockstep is None or lockstep.world_size == 1:
-            return super().evaluate(turns, reference=reference)
+            return super().score_turns(turns, reference=reference)
         saved = self.micro_batch_size
         self.micro_batch_size = max(saved, len(turns))
         try:
-            return super().evaluate(turns, reference=reference)
+            return super().score_turns(turns, reference=reference)
         finally:
             self.micro_batch_size = saved
 
@@ -215,8 +215,8 @@ class ShardedLoRALMPolicy(LoRALMPolicy):
 
 def _unsaveable() -> RuntimeError:
     return RuntimeError(
-        "the policy is FSDP-sharded: gather the adapter on every rank (runners.fsdp.gather_adapter), "
-        "then write it on one (runners.fsdp.save_full_adapter)"
+        "the policy is FSDP-sharded: gather the adapter on every rank (runners.dist.fsdp.gather_adapter), "
+        "then write it on one (runners.dist.fsdp.save_full_adapter)"
     )
 
 
@@ -399,7 +399,7 @@ class Lockstep(Strategy):
 
         if not isinstance(policy, ShardedLoRALMPolicy):
             raise TypeError(
-                f"Lockstep needs a policy sharded by runners.fsdp.shard_policy, got {type(policy).__name__}"
+                f"Lockstep needs a policy sharded by runners.dist.fsdp.shard_policy, got {type(policy).__name__}"
             )
         if not hasattr(algorithm, "strategy"):
             raise TypeError("the algorithm has no strategy (algos.base.Algorithm provides it)")

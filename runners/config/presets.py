@@ -182,7 +182,7 @@ def qwen3_vl_8b_lora32() -> TrainConfig:
             "algo.micro_batch_size=4",
             "loop.steps=100",
             "loop.mazes_per_step=32",
-            "loop.backend=vllm",
+            "loop.engine=vllm",
             "loop.parity_every=10",
             "loop.num_threads=0",
             "eval.every=10",
@@ -196,7 +196,7 @@ def qwen3_vl_8b_lora32() -> TrainConfig:
     )
 
 
-PRESETS: dict[str, Callable[[], TrainConfig]] = {
+TRAINING_PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "cpu-maze-vlm": cpu_maze_vlm,
     "cpu-tiny": cpu_tiny,
     "cpu-tiny-vlm": cpu_tiny_vlm,
@@ -209,6 +209,6 @@ def get_preset(name: str) -> TrainConfig:
     """A fresh config for preset ``name`` (clear error listing the valid names)."""
     from runners.config import ConfigError
 
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[name]()
+    if name not in TRAINING_PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(TRAINING_PRESETS)}")
+    return TRAINING_PRESETS[name]()

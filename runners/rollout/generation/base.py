@@ -76,7 +76,7 @@ class Generator(Protocol):
     adapter_version: int
     """Version of the adapter currently used for sampling (0 = base weights / initial adapter)."""
     encoder: Any
-    """The :class:`~runners.generation.prompts.ChatEncoder` matching this model's tokenizer/images."""
+    """The :class:`~runners.rollout.generation.prompts.ChatEncoder` matching this model's tokenizer/images."""
     max_model_len: int | None
     """Longest prompt + reply the model accepts (None = unknown); rollouts end episodes that outgrow it."""
 

@@ -32,11 +32,18 @@ import os
 import re
 import shutil
 import tempfile
+import random
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
+import numpy as np
+import torch
+
+import algos
+from mazegym.evalsets import MazeStream
 from runners.atomic import fsync_path, replace_dir
+from runners.config import TrainConfig, to_dict
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
@@ -348,3 +355,82 @@ class CheckpointManager:
             )
         self.run_id = new_run_id()
         return None
+
+
+# --------------------------------------------------------------------------- a run's checkpoint content
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states as plain JSON data (no pickles: loading runs no code)."""
+    version, words, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": {"version": version, "state": list(words), "gauss": gauss},
+        "numpy": {
+            "kind": kind,
+            "keys": keys.tolist(),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+        "torch": torch.get_rng_state().tolist(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`rng_state`."""
+    py, npy = state["python"], state["numpy"]
+    random.setstate((int(py["version"]), tuple(int(w) for w in py["state"]), py["gauss"]))
+    np.random.set_state(
+        (
+            str(npy["kind"]),
+            np.asarray(npy["keys"], dtype=np.uint32),
+            int(npy["pos"]),
+            int(npy["has_gauss"]),
+            float(npy["cached"]),
+        )
+    )
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+
+
+def save_checkpoint(
+    manager: CheckpointManager,
+    step: int,
+    policy: Any,
+    algorithm: Any,
+    stream_state: dict[str, Any],
+    config: TrainConfig,
+    extra: dict[str, Any],
+) -> Path:
+    """Write checkpoint ``step`` (adapter, optimizer/scheduler, RNGs, maze stream state, step, config, ``extra``)."""
+
+    def write(tmp: Path) -> None:
+        policy.save_adapter(tmp / "adapter")
+        torch.save(algorithm.state_dict(), tmp / "trainer_state.pt")
+        (tmp / "rng_state.json").write_text(json.dumps(rng_state()))
+        state = {"step": step, "stream": stream_state, "config": to_dict(config), **extra}
+        (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
+
+    return manager.save(step, write)
+
+
+def checkpoint_files(config: TrainConfig) -> tuple[str, ...]:
+    """The files every checkpoint of this run must hold (the critic's weights too when the algorithm trains one)."""
+    return required_files(value_head=algos.get(config.algo.name).needs_value_head)
+
+
+def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream) -> dict[str, Any]:
+    """Restore what :func:`save_checkpoint` wrote into live objects; returns the state.json content.
+
+    Nothing is unpickled: the trainer state loads with ``weights_only=True`` (tensors and
+    plain containers only) and the RNG states are JSON.
+    """
+    policy.load_adapter(path / "adapter")
+    algorithm.load_state_dict(torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu"))
+    set_rng_state(json.loads((path / "rng_state.json").read_text()))
+    state = json.loads((path / "state.json").read_text())
+    stream.load_state_dict(state["stream"])
+    return state
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The ``state.json`` of checkpoint ``path`` (step, maze stream, evaluations so far, config)."""
+    return json.loads((Path(path) / "state.json").read_text())

@@ -1,13 +1,13 @@
 """``mazegym submit``: send a training run to a Ray cluster through the Ray Jobs API.
 
-The run itself is the Ray runner (:mod:`runners.ray_runner`) started on the cluster's head as
+The run itself is the Ray runner (:mod:`runners.dist.ray_runner`) started on the cluster's head as
 a Ray job; this module only builds the job's entrypoint and runtime environment, submits it
 with :class:`ray.job_submission.JobSubmissionClient`, and optionally waits and streams logs::
 
     mazegym submit --address http://head:8265 --wait -- --preset qwen3-vl-8b-lora32 runner.num_workers=6
 
-Everything after ``--`` is passed unchanged to ``python -m runners.ray_runner``, which is
-``mazegym train ... runner.kind=ray`` (same flags, same KEY=VALUE overrides).
+Everything after ``--`` is passed unchanged to ``mazegym train`` on the cluster, with
+``runner.kind=ray`` appended (the job runs ``python -m runners.cli train ARGS runner.kind=ray``).
 
 What is uploaded with ``--working-dir``: only the files git tracks there, plus the paths named
 with ``--include``, copied into a temporary directory that Ray packages. Secrets (``.env``,
@@ -40,8 +40,8 @@ from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any
 
-RUNNER_MODULE = "runners.ray_runner"
-"""Module the job runs (``python -m``): the distributed runner's command-line entry."""
+ENTRY = ("-m", "runners.cli", "train")
+"""What the job runs after ``python``: ``mazegym train`` (``runner.kind=ray`` is appended to its arguments)."""
 
 DEFAULT_EXCLUDES = [
     ".git",
@@ -134,8 +134,8 @@ class SubmitConfig:
 
 
 def build_entrypoint(train_args: list[str], python: str = "python") -> str:
-    """Shell command the job runs: the Ray runner's CLI with ``train_args``, safely quoted."""
-    return shlex.join([python, "-m", RUNNER_MODULE, *train_args])
+    """Shell command the job runs: ``mazegym train ARGS runner.kind=ray``, safely quoted."""
+    return shlex.join([python, *ENTRY, *train_args, "runner.kind=ray"])
 
 
 def build_runtime_env(cfg: SubmitConfig) -> dict[str, Any]:
@@ -365,7 +365,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--wait", action="store_true", help="wait for the job to finish; exit 1 if it failed")
     p.add_argument("--follow", action="store_true", help="with --wait: stream the job's logs")
     p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="with --wait: stop waiting after this long")
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: arguments for python -m runners.ray_runner")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: arguments for mazegym train (runner.kind=ray is added)")
     return p
 
 
@@ -400,7 +400,7 @@ def add_submit_command(subparsers: Any) -> argparse.ArgumentParser:
 
     Wiring in ``runners/cli.py``::
 
-        from runners.submit import add_submit_command
+        from runners.dist.submit import add_submit_command
         add_submit_command(sub)        # sub = parser.add_subparsers(...)
     """
     p = subparsers.add_parser(
@@ -427,7 +427,7 @@ def run_submit_args(ns: argparse.Namespace) -> int:
 
 
 def submit_main(argv: list[str] | None = None) -> int:
-    """Entry point of ``mazegym submit`` / ``python -m runners.submit``: parse ``argv`` and submit."""
+    """Entry point of ``mazegym submit`` / ``python -m runners.dist.submit``: parse ``argv`` and submit."""
     return run_submit_args(build_parser().parse_args(argv))
 
 

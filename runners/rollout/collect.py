@@ -3,7 +3,7 @@
 Each turn, for every still-running episode: build the conversation with :mod:`mazegym.llm`
 (system prompt, history -- full, last k turns or none --, the current observation as text
 and/or image, feedback from the last step), encode it to token ids (memoised segments, see
-:class:`~runners.generation.prompts.ChatEncoder`), then ask the generator for *all* replies in
+:class:`~runners.rollout.generation.prompts.ChatEncoder`), then ask the generator for *all* replies in
 one batched call. Each reply is parsed into an action; an unparseable reply is an invalid
 turn that still uses up a move (VisGym's behaviour: ``env.step_invalid``), and the next user
 message carries the parser's feedback. Nothing a model writes can make a rollout raise.
@@ -34,8 +34,8 @@ from mazegym.llm import (
 )
 from mazegym.maze import MazeSpec
 from mazegym.solver import next_cell
-from runners.generation.base import Generator, Prompt, SamplingConfig
-from runners.generation.prompts import ChatEncoder
+from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
+from runners.rollout.generation.prompts import ChatEncoder
 
 HISTORY_MODES = ("full", "last_k", "none")
 

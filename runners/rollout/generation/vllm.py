@@ -4,14 +4,14 @@
   for images (vision-language models; on CPU machines vLLM's VLMs need torchvision, which the
   CPU torch build cannot load -- text models only there). MazeVLM, whose vision encoder is not
   a vLLM model, goes in as embeddings instead: its encoder runs in this process and vLLM runs
-  its decoder (:mod:`runners.generation.vision_embeds`), on CPU and GPU alike.
+  its decoder (:mod:`runners.rollout.generation.vision_embeds`), on CPU and GPU alike.
 * LoRA: every :meth:`VLLMGenerator.load_adapter` creates a ``LoRARequest`` with a *new* integer
   id, so vLLM can never serve a cached older adapter under the same id; the previous adapter
   is removed from the engine. The new adapter is loaded eagerly, so a broken adapter fails
   at sync time and the load latency is measurable.
 * Log-probs: the engine runs with ``logprobs_mode="processed_logprobs"``, which is
   ``log_softmax(logits / T)`` of the sampled token (T = 1 when greedy) -- the convention of
-  :mod:`runners.generation.base` -- as long as top-p/top-k are off. With top-p < 1 or
+  :mod:`runners.rollout.generation.base` -- as long as top-p/top-k are off. With top-p < 1 or
   top-k > 0, vLLM renormalises over the kept tokens, so recorded log-probs then differ from a
   trainer's ``log_softmax(logits / T)``; a warning says so.
 * Seeds: on GPUs every request gets its own seed derived from ``SamplingConfig.seed``. On
@@ -32,9 +32,20 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from runners.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
-from runners.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer, to_pil
-from runners.generation.vision_embeds import PromptEmbedder, needs_prompt_embeds, split_adapter, write_decoder_model
+from runners.rollout.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
+from runners.rollout.generation.prompts import (
+    ChatEncoder,
+    image_token_id_of,
+    load_image_processor,
+    load_tokenizer,
+    to_pil,
+)
+from runners.rollout.generation.vision_embeds import (
+    PromptEmbedder,
+    needs_prompt_embeds,
+    split_adapter,
+    write_decoder_model,
+)
 
 
 def vllm_available() -> bool:
@@ -161,7 +172,7 @@ class VLLMGenerator:
         An adapter missing LoRA tensors, or holding unexpected ones, is refused with a
         ``ValueError`` naming them before vLLM sees it (vLLM would serve it anyway).
         """
-        from runners.generation.adapters import check_adapter
+        from runners.rollout.generation.adapters import check_adapter
 
         path = Path(path)
         if not (path / "adapter_model.safetensors").is_file():

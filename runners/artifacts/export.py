@@ -16,18 +16,9 @@ import shutil
 from pathlib import Path
 
 from runners import atomic
-from runners.checkpoint import CheckpointManager
+from runners.train.checkpoint import CheckpointManager
+from runners.build import trained_model
 from runners.config import TrainConfig
-
-
-def _rl_start_model(config: TrainConfig) -> Path:
-    """The model the RL adapter was trained on (SFT model in full mode, else the base model)."""
-    from runners.local import base_model_dir, find_sft_checkpoint
-
-    sft = find_sft_checkpoint(config) if config.sft.enabled != "never" else None
-    if sft is not None and (sft / "config.json").is_file():
-        return sft
-    return base_model_dir(config)
 
 
 def export(
@@ -50,7 +41,7 @@ def export(
         raise FileNotFoundError(
             f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first"
         )
-    model = _rl_start_model(config)
+    model = trained_model(config, build_base=False)[0]
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")
     final = Path(out_dir) if out_dir else run_dir / "export"

@@ -64,7 +64,7 @@ def trainer_logprobs(
         policy.temperature = 1.0
     try:
         with torch.no_grad():
-            out = policy.evaluate([turn], reference=reference)
+            out = policy.score_turns([turn], reference=reference)
     finally:
         if model is not None and was_training:
             model.train()
@@ -126,10 +126,10 @@ class ParityProbe:
     ) -> dict:
         """Compare generator and trainer log-probs on the probe; raise StaleWeightsError on mismatch.
 
-        The trainer side is ``policy.evaluate`` (or ``trainer_fn(prompt_ids, response_ids, images)``).
+        The trainer side is ``policy.score_turns`` (or ``trainer_fn(prompt_ids, response_ids, images)``).
         ``reference_fn`` (same signature: the base model's log-probs) lets a failure report say
         "adapter never applied" without running ``policy`` again, e.g. when the policy is
-        FSDP-sharded and every forward is a collective (runners.ray_runner computes both sides on
+        FSDP-sharded and every forward is a collective (runners.dist.ray_runner computes both sides on
         every rank and passes them as functions).
         ``version`` is the adapter version just published; the generator must report it.
         Returns ``{"version", "mean_abs", "max_abs"}``.

@@ -1,0 +1,258 @@
+"""The wiring: the one place that builds a run's objects from its config.
+
+Every entry point builds through these functions -- the local runner, each Ray worker, ``mazegym
+sft`` / ``eval`` / ``export`` and the benchmarks -- so they cannot drift apart: the base model
+(:func:`prepare_base_model`), the model RL starts from (:func:`rl_start`, running SFT first when
+needed; :func:`trained_model` without running it), the sampler (:func:`build_generator`), the
+trainable policy and the algorithm (:func:`build_training`), the maze streams
+(:func:`build_stream`, :func:`build_sft_stream`) and the run directory's bookkeeping
+(:func:`open_run`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import algos
+from mazegym.evalsets import MazeStream
+from runners import atomic
+from runners.train.run_info import record_invocation
+from runners.config import TrainConfig, to_dict, validate
+from runners.config.derived import rollout_config
+from runners.train import sft as sftmod
+from runners.train.checkpoint import CheckpointManager, checkpoint_files
+from runners.train.metrics import MetricsLogger
+from runners.train.steps import set_threads
+
+
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def base_model_dir(config: TrainConfig) -> Path:
+    """The model RL/SFT start from: ``model.path``, or the tiny model built into the run dir."""
+    if config.model.path:
+        return Path(config.model.path).expanduser()
+    return Path(config.run_dir) / "base_model"
+
+
+def prepare_base_model(config: TrainConfig) -> Path:
+    """Build the tiny model (with task tokens / image budget) unless ``model.path`` names one."""
+    if config.model.path:
+        return base_model_dir(config)
+    from runners import tiny
+
+    out = base_model_dir(config)
+    marker = out / "mazegym_base.json"
+    recipe = {
+        "model": dataclasses.asdict(config.model),
+        "size": config.maze.size,
+        "max_moves": config.rollout.max_moves,
+        "obs_mode": config.rollout.obs_mode,
+        "seed": config.sft.seed,
+    }
+    if marker.is_file() and json.loads(marker.read_text()) == recipe:
+        return out
+    m = config.model
+    shape = dict(
+        num_hidden_layers=m.tiny_layers,
+        hidden_size=m.tiny_hidden,
+        intermediate_size=2 * m.tiny_hidden,
+        num_attention_heads=m.tiny_hidden // 64,
+        num_key_value_heads=m.tiny_hidden // 64,
+    )
+    if m.tiny == "maze-vlm":
+        tiny.build_maze_vlm(
+            out,
+            seed=config.sft.seed,
+            cell_px=int(config.rollout.env_kwargs.get("cell_px", 25)),
+            vision={"width": m.vision_width, "iterations": m.vision_iterations, "patch_px": m.vision_patch_px},
+            **shape,
+        )
+    elif m.tiny == "vlm":
+        tiny.build_tiny_vlm(out, seed=config.sft.seed, **shape)
+        side = config.maze.size * m.image_cell_px
+        sftmod.set_image_pixels(out, min_pixels=side * side, max_pixels=side * side, resize=side % 28 != 0)
+    else:
+        tiny.build_tiny_text_lm(out, seed=config.sft.seed, **shape)
+    if m.task_tokens:
+        sftmod.add_task_tokens(
+            out,
+            sftmod.task_phrases(
+                config.maze.size, config.rollout.max_moves, config.rollout.obs_mode, config.rollout.require_stop
+            ),
+        )
+    atomic.write_json(marker, recipe)
+    return out
+
+
+def build_generator(
+    config: TrainConfig, model_dir: Path, adapter: Path | None = None, version: int = 0, sleep_mode: bool = False
+):
+    """The sampler: HF transformers (default) or vLLM (``sleep_mode``: an engine that can free its GPU
+    memory during the update, for a colocated trainer), optionally with an adapter loaded as ``version``."""
+    if config.loop.engine == "vllm":
+        from runners.rollout.generation.vllm import VLLMGenerator
+
+        generator = VLLMGenerator(
+            str(model_dir),
+            dtype=config.model.dtype,
+            max_lora_rank=config.lora.rank,
+            gpu_memory_utilization=config.runner.vllm_gpu_memory_utilization,
+            **({"enable_sleep_mode": True} if sleep_mode else {}),
+        )
+    else:
+        from runners.rollout.generation.hf import HFGenerator
+
+        generator = HFGenerator(model_dir, device=config.model.device, dtype=config.model.dtype)
+    if adapter is not None:
+        generator.load_adapter(str(adapter), version)
+    return generator
+
+
+def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = None):
+    """The trainable LoRA policy on ``model_dir`` (optionally starting from ``adapter``), with a value head when
+    the algorithm trains a critic (ppo)."""
+    from algos.policies.lm import LoRALMPolicy
+
+    # Score log-probs at the rollout temperature: the importance ratio compares like with like.
+    temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
+    return LoRALMPolicy.from_pretrained(
+        model_dir,
+        lora=config.lora,
+        dtype=_dtype(config.model.dtype),
+        device=config.model.device,
+        adapter=adapter,
+        micro_batch_size=256,
+        temperature=temperature,
+        value_head=algos.get(config.algo.name).needs_value_head,
+    )
+
+
+def build_training(
+    config: TrainConfig,
+    model_dir: Path,
+    adapter: Path | None = None,
+    generator: Any = None,
+    prepare_policy: Callable[[Any], Any] | None = None,
+):
+    """Build ``(generator, policy, algorithm, probe)``, seeded, exactly as every runner must.
+
+    The local runner and each Ray worker call this, so every rank starts from the same LoRA
+    init and the same algorithm state. ``generator`` replaces the default one (e.g. a vLLM
+    engine with sleep mode on a GPU worker); ``prepare_policy(policy)`` runs after the LoRA init
+    and before the optimizer is built (the Ray worker shards the policy there:
+    :func:`runners.dist.fsdp.shard_policy`); ``probe`` is None when ``loop.parity_every == 0``.
+    """
+    if generator is None:
+        generator = build_generator(config, model_dir, adapter, version=0)
+    sftmod.seed_everything(
+        config.loop.seed
+    )  # after the generator, whichever built it: the LoRA init is the same everywhere
+    policy = build_policy(config, model_dir, adapter)
+    if prepare_policy is not None:
+        policy = prepare_policy(policy)
+    params = dict(config.algo.params)
+    params.setdefault("seed", config.loop.seed)
+    params["episode_mean"] = config.algo.episode_mean
+    algorithm = algos.make(config.algo.name, policy, **params)
+    probe = None
+    if config.loop.parity_every > 0:
+        from runners.train.parity import ParityProbe
+
+        probe = ParityProbe.for_generator(generator, trainer_dtype=config.model.dtype)
+    return generator, policy, algorithm, probe
+
+
+def build_stream(config: TrainConfig) -> MazeStream:
+    """The RL training maze stream (seeded by ``maze.stream_seed``; never yields an evaluation maze)."""
+    return MazeStream(
+        size=config.maze.size,
+        seed=config.maze.stream_seed,
+        generator=config.maze.generator,
+        max_optimal_moves=config.rollout.max_moves,
+    )
+
+
+def build_sft_stream(config: TrainConfig) -> MazeStream:
+    """The SFT demonstration maze stream (``maze.stream_seed + 1``: other mazes than RL's)."""
+    return MazeStream(
+        size=config.maze.size,
+        seed=config.maze.stream_seed + 1,
+        generator=config.maze.generator,
+        max_optimal_moves=rollout_config(config).max_moves,
+    )
+
+
+def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> Path:
+    """Build the base model and run the SFT stage (:func:`runners.train.sft.run_sft`); returns its result dir."""
+    set_threads(config)
+    return sftmod.run_sft(config, prepare_base_model(config), build_sft_stream(config), log=log, metrics=metrics)
+
+
+def start_from(found: Path | None, base: Path) -> tuple[Path, Path | None]:
+    """(model dir, starting adapter or None) given the SFT result ``found``: an SFT model dir is the model
+    itself; an SFT adapter dir (lora mode) applies to the base model; no SFT result leaves the base model."""
+    if found is None:
+        return base, None
+    if (found / "config.json").is_file():
+        return found, None
+    return base, found
+
+
+def rl_start(
+    config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None
+) -> tuple[Path, Path | None]:
+    """(model dir, starting adapter or None) for RL: run SFT first when enabled and missing."""
+    base = prepare_base_model(config)
+    if config.sft.enabled == "never":
+        return base, None
+    found = None if config.sft.enabled == "always" else sftmod.find_sft_checkpoint(config)
+    if found is None:
+        found = run_sft(config, log=log, metrics=metrics)
+    else:
+        log(f"[sft] using existing SFT checkpoint {found}")
+    return start_from(found, base)
+
+
+def trained_model(config: TrainConfig, build_base: bool = True) -> tuple[Path, Path | None, Path | None]:
+    """(model dir, SFT adapter or None, SFT result or None) that a run's RL adapters apply to, without
+    training anything: what ``mazegym eval`` and ``export`` load. ``build_base=False`` only names the
+    base model's directory (for a run whose base model must already exist)."""
+    base = prepare_base_model(config) if build_base else base_model_dir(config)
+    found = sftmod.find_sft_checkpoint(config) if config.sft.enabled != "never" else None
+    model, adapter = start_from(found, base)
+    return model, adapter, found
+
+
+def open_run(
+    config: TrainConfig, log: Callable[[str], None] = print, command: str | None = None
+) -> tuple[Path, CheckpointManager, Path | None, MetricsLogger]:
+    """Validate, then claim the run dir: (run dir, checkpoint manager, checkpoint to resume or None, metrics).
+
+    Refusals (a foreign or broken checkpoint to resume) come before anything in the run dir changes;
+    then ``config.json`` and the invocation (``run_info.json``) are written and the metrics opened.
+    """
+    validate(config)
+    set_threads(config)
+    run_dir = Path(config.run_dir)
+    manager = CheckpointManager(
+        run_dir / "checkpoints", keep=config.checkpoint.keep, log=log, required=checkpoint_files(config)
+    )
+    resume_from = manager.start_run(config.checkpoint.resume)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(run_dir / "config.json", to_dict(config))
+    record_invocation(run_dir, command)
+    metrics = MetricsLogger(
+        run_dir,
+        wandb=config.logging.wandb,
+        mlflow=config.logging.mlflow,
+        project=config.logging.project,
+        config=to_dict(config),
+    )
+    return run_dir, manager, resume_from, metrics

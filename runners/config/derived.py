@@ -1,0 +1,27 @@
+"""Settings a run derives from its config: the rollout settings actually used, and per-step seeds."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from runners.config.schema import TrainConfig
+from runners.rollout.collect import RolloutConfig
+
+
+def env_kwargs(config: TrainConfig) -> dict[str, Any]:
+    """VisMazeEnv keyword arguments implied by the model (the tiny VLM's cell size)."""
+    kwargs = dict(config.rollout.env_kwargs)
+    if not config.model.path and config.model.tiny == "vlm":
+        kwargs.setdefault("cell_px", config.model.image_cell_px)
+    return kwargs
+
+
+def rollout_config(config: TrainConfig) -> RolloutConfig:
+    """The rollout settings actually used (config.rollout plus implied env kwargs)."""
+    return dataclasses.replace(config.rollout, env_kwargs=env_kwargs(config))
+
+
+def step_seed(config: TrainConfig, step: int) -> int:
+    """The sampling seed of RL step ``step`` (a pure function: resuming replays it exactly)."""
+    return config.loop.seed * 1_000_003 + step

