@@ -73,7 +73,7 @@ def get(name: str) -> type:
 
 
 def config_class(name: str) -> type:
-    """The typed config dataclass of algorithm ``name`` (e.g. for tyro)."""
+    """The typed config dataclass of algorithm ``name`` (e.g. to build its typed config)."""
     return get(name).Config
 
 

@@ -140,7 +140,7 @@ PACKAGES = (
     "huggingface-hub",
     "gymnasium",
     "pettingzoo",
-    "tyro",
+    "omegaconf",
     "numpy",
     "pillow",
     "typing-extensions",

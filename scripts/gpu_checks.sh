@@ -4,7 +4,7 @@
 #   bash scripts/gpu_checks.sh [OUT_DIR]        # OUT_DIR defaults to $OUT, else ./gpu_check_out
 #
 # 1. When ./.whl holds wheels (the pinned gymnasium, pettingzoo, transformers, peft, tokenizers,
-#    tyro, ... that the machine lacks), installs them with pip --no-deps into $MAZEGYM_WHEEL_SITE
+#    omegaconf, ... that the machine lacks), installs them with pip --no-deps into $MAZEGYM_WHEEL_SITE
 #    (default /tmp/site) and puts that folder first on PYTHONPATH; skipped when they are already
 #    there, or with MAZEGYM_GPU_CHECK_NO_INSTALL=1.
 # 2. Runs two lanes side by side, each script under its own `timeout`:

@@ -57,7 +57,7 @@ def test_registry_lists_builtins_with_grpo_default():
 
 
 def _documented_fields(cls) -> set[str]:
-    """Field names followed by a docstring in the class body of ``cls`` or its bases (what tyro reads)."""
+    """Field names followed by a docstring in the class body of ``cls`` or its bases (the help text reads them)."""
     import ast
     import inspect
     import textwrap

@@ -72,9 +72,9 @@ def test_bad_values_fail_fast(override, message):
     [
         ("sft.mode=half", "sft.mode='half' is not allowed; choose one of full, lora"),
         ("algo.name=nope", "not a registered algorithm"),
-        ("rollout.history=some", "rollout: history must be one of"),
+        ("rollout.history=some", "rollout.history: history must be one of"),
         ("maze.eval_set=VisMaze-v0", "has 9x9 mazes but maze.size=7"),
-        ("rollout.group_size=0", "rollout.group_size must be >= 1"),
+        ("rollout.group_size=0", "rollout.group_size: group_size must be >= 1"),
         ("rollout.obs_mode=image", "tiny text model cannot see them"),
         ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
         ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),

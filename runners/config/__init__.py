@@ -9,7 +9,6 @@ and ``key=value`` strings into them, :mod:`~runners.config.validation` checks a 
 from runners.config.overrides import (
     apply_mapping,
     apply_overrides,
-    coerce,
     describe_fields,
     field_docs,
     from_dict,
@@ -49,7 +48,6 @@ __all__ = [
     "TrainConfig",
     "apply_mapping",
     "apply_overrides",
-    "coerce",
     "describe_fields",
     "field_docs",
     "from_dict",

@@ -2,24 +2,29 @@
 
 A config is built from a named preset (:mod:`runners.config.presets`), then optional config files
 (YAML or JSON, nested like the dataclasses), then dotted command-line overrides
-(``rollout.group_size=8``), in that order. :func:`apply_overrides` checks every key against the
-dataclass fields and converts every value to the field's type, so a typo or a bad value fails before
-any work starts, with a message saying what to fix (and the closest valid key). ``algo.<field>`` keys
-are checked against the chosen algorithm's config class.
+(``rollout.group_size=8``, the Hydra-style ``key=value`` of verl and SkyRL), in that order. Every key
+is checked against the dataclass fields (a typo fails with the closest valid key) and every value is
+converted and type-checked by an OmegaConf structured config of its section, so a bad value fails
+before any work starts, naming the key. ``algo.<field>`` keys are checked against the chosen
+algorithm's config class the same way.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import json
 import textwrap
-import types
 import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from runners.config.schema import AlgoConfig, ConfigError, TrainConfig
 
@@ -27,7 +32,7 @@ from runners.config.schema import AlgoConfig, ConfigError, TrainConfig
 # --------------------------------------------------------------------------- field docs
 @lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
-    """Docstrings written under each field of dataclass ``cls`` (what tyro shows as help)."""
+    """Docstrings written under each field of dataclass ``cls`` (the help text of every key)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
@@ -63,128 +68,105 @@ def describe_fields(config: Any, prefix: str = "") -> list[tuple[str, str, str]]
 
 
 # --------------------------------------------------------------------------- overrides
-def _resolve_type(cls: type, name: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    return hints[name]
-
-
-def coerce(value: Any, tp: Any, key: str) -> Any:
-    """Convert ``value`` (a string from the command line, or a parsed YAML/JSON value) to type ``tp``."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in args:
-                return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return coerce(value, arg, key)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{key}: cannot parse {value!r}")
-    if tp is Any:
-        return _parse_literal(value) if isinstance(value, str) else value
-    if origin in (list, tuple):
-        if isinstance(value, str):
-            text = value.strip()
-            items = (
-                _parse_literal(text) if text.startswith("[") else ([v for v in text.split(",") if v] if text else [])
-            )
-        else:
-            items = value
-        if not isinstance(items, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list (e.g. a,b or [a, b]), got {value!r}")
-        inner = args[0] if args else Any
-        return [coerce(v, inner, key) for v in items]
-    if origin is dict or tp is dict:
-        parsed = _parse_literal(value) if isinstance(value, str) else value
-        if not isinstance(parsed, dict):
-            raise ConfigError(f"{key}: expected a mapping (JSON object), got {value!r}")
-        return dict(parsed)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
-    if tp in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        try:
-            if tp is int:
-                number = float(value)
-                if not number.is_integer():
-                    raise ValueError
-                return int(number)
-            return float(value)
-        except (TypeError, ValueError):
-            kind = "an integer" if tp is int else "a number"
-            raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
-    if tp is str:
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return str(value)
-    return value
-
-
-def _parse_literal(text: Any) -> Any:
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+_ALGO_OWN = ("name", "params", "episode_mean")
+"""Fields of the ``algo`` section itself; every other ``algo.<key>`` is a hyperparameter of the algorithm."""
 
 
 def _suggest(name: str, valid: list[str]) -> str:
-    import difflib
-
     close = difflib.get_close_matches(name, valid, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def set_value(config: Any, dotted: str, value: Any) -> None:
-    """Set ``config.<dotted>`` to ``value`` (converted to the field's type); unknown keys fail."""
-    parts = dotted.split(".")
+def _check_key(config: Any, parts: list[str]) -> None:
+    """Fail with a did-you-mean message unless ``parts`` names a field (or a whole section) of ``config``."""
     node = config
     for i, part in enumerate(parts):
         path = ".".join(parts[: i + 1])
-        if isinstance(node, AlgoConfig) and part not in _ALGO_OWN:
-            _set_algo_param(node, ".".join(parts[i:]), value)
-            return
-        if isinstance(node, AlgoConfig) and part == "params" and i < len(parts) - 1:
-            _set_algo_param(node, ".".join(parts[i + 1 :]), value)
-            return
+        if not dataclasses.is_dataclass(node):
+            raise ConfigError(f"{'.'.join(parts[:i])} is not a section; {'.'.join(parts)!r} goes too deep")
         names = [f.name for f in dataclasses.fields(node)]
         if part not in names:
-            raise ConfigError(
-                f"unknown config key {path!r}{_suggest(part, names)}; valid keys here: {', '.join(names)}"
-            )
-        if i == len(parts) - 1:
-            current = getattr(node, part)
-            if dataclasses.is_dataclass(current):
-                if not isinstance(value, dict):
-                    raise ConfigError(
-                        f"{path} is a section; set one of its keys, e.g. "
-                        f"{path}.{dataclasses.fields(current)[0].name}=..."
-                    )
-                for k, v in value.items():
-                    set_value(current, k, v)
-                return
-            setattr(node, part, coerce(value, _resolve_type(type(node), part), path))
-            return
+            hint = _suggest(part, names)
+            raise ConfigError(f"unknown config key {path!r}{hint}; valid keys here: {', '.join(names)}")
         node = getattr(node, part)
-        if not dataclasses.is_dataclass(node):
-            raise ConfigError(f"{path} is not a section; {dotted!r} goes too deep")
 
 
-_ALGO_OWN = ("name", "params", "episode_mean")
+def _optional(section: Any, key: str) -> bool:
+    """Whether field ``key`` (dotted, inside dataclass ``section``) may be None."""
+    *path, leaf = key.split(".")
+    for part in path:
+        section = getattr(section, part)
+    return type(None) in typing.get_args(typing.get_type_hints(type(section)).get(leaf))
+
+
+def _cli_value(text: str, target: Any, optional: bool) -> Any:
+    """A command-line string made ready for the node it goes to: lists may be written ``a,b`` or ``[a, b]``,
+    mappings as JSON/YAML flow (``{"k": 1}``), ``none``/``null`` is None for fields that may be None; scalars
+    stay strings for OmegaConf to convert to the field's type."""
+    stripped = text.strip()
+    if optional and stripped.lower() in ("none", "null"):
+        return None
+    if isinstance(target, ListConfig) and not stripped.startswith("["):
+        return [item for item in stripped.split(",") if item]
+    if isinstance(target, (ListConfig, DictConfig)) or stripped[:1] in ("[", "{"):
+        try:
+            return OmegaConf.to_container(OmegaConf.create({"value": yaml.safe_load(stripped)}))["value"]
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cannot parse {text!r} ({exc.__class__.__name__})") from None
+    return text
+
+
+def _reason(exc: Exception, value: Any) -> str:
+    """What a rejected value should have been, from OmegaConf's validation error."""
+    message = str(exc).splitlines()[0]
+    for marker, kind in (("to Integer", "an integer"), ("to Float", "a number"), ("valid bool", "true/false")):
+        if marker in message:
+            return f"expected {kind}, got {value!r}"
+    if "ListConfig" in message or "to a ListConfig" in message:
+        return f"expected a list (e.g. a,b or [a, b]), got {value!r}"
+    if "DictConfig" in message or "is not a dict" in message.lower():
+        return f"expected a mapping (JSON object), got {value!r}"
+    return message
+
+
+def _typed_update(section: Any, key: str, value: Any, label: str) -> Any:
+    """``section`` (a dataclass) with ``key`` set to ``value``, converted and checked by OmegaConf's structured
+    config of the section's type; raises :class:`ConfigError` naming ``label``."""
+    node = OmegaConf.structured(section)
+    if isinstance(value, str):
+        value = _cli_value(value, OmegaConf.select(node, key), _optional(section, key))
+    try:
+        OmegaConf.update(node, key, value, merge=False)
+        return OmegaConf.to_object(node)
+    except ConfigError:
+        raise
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+        raise ConfigError(f"{label}: {_reason(exc, value)}") from None
+
+
+def set_value(config: Any, dotted: str, value: Any) -> None:
+    """Set ``config.<dotted>`` to ``value`` (a command-line string or a parsed YAML/JSON value), converted to
+    the field's type by OmegaConf; unknown keys, wrong types and values under a section's name fail."""
+    parts = dotted.split(".")
+    if isinstance(config, TrainConfig) and parts[0] == "algo" and len(parts) > 1:
+        if parts[1] not in _ALGO_OWN:
+            return _set_algo_param(config.algo, ".".join(parts[1:]), value)
+        if parts[1] == "params" and len(parts) > 2:
+            return _set_algo_param(config.algo, ".".join(parts[2:]), value)
+    _check_key(config, parts)
+    current = _get(config, dotted)
+    if dataclasses.is_dataclass(current):
+        if not isinstance(value, dict):
+            first = dataclasses.fields(current)[0].name
+            raise ConfigError(f"{dotted} is a section; set one of its keys, e.g. {dotted}.{first}=...")
+        for key, item in value.items():
+            set_value(config, f"{dotted}.{key}", item)
+        return
+    if len(parts) == 1:
+        updated = _typed_update(config, dotted, value, dotted)
+        setattr(config, dotted, getattr(updated, dotted))
+        return
+    setattr(config, parts[0], _typed_update(getattr(config, parts[0]), ".".join(parts[1:]), value, dotted))
 
 
 def _set_algo_param(algo: AlgoConfig, name: str, value: Any) -> None:
@@ -196,7 +178,7 @@ def _set_algo_param(algo: AlgoConfig, name: str, value: Any) -> None:
         raise ConfigError(
             f"unknown key algo.{name} for algorithm {algo.name!r}{_suggest(name, valid)}; valid: {', '.join(valid)}"
         )
-    algo.params[name] = coerce(value, _resolve_type(cls, name), f"algo.{name}")
+    algo.params[name] = getattr(_typed_update(cls(), name, value, f"algo.{name}"), name)
 
 
 def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
