@@ -8,6 +8,11 @@ any other is rerun from scratch, so an interrupted table resumes where it stoppe
 
     python benchmarks/algo_table.py --preset cpu-tiny --seeds 0 1 2 --out runs/algo-table
     python benchmarks/algo_table.py --smoke --algos grpo ppo --seeds 0 --out /tmp/algo-smoke
+
+``--publish`` also writes the results where the docs read them: the table between
+``<!-- algo-table:start -->`` and ``<!-- algo-table:end -->`` in README.md, the curves as
+``docs/assets/algo_table_<preset>.png`` and the aggregate as ``docs/assets/algo_table_<preset>.json``
+(``scripts/gen_algorithms_doc.py`` puts each algorithm's measured row on docs/algorithms.md).
 """
 
 from __future__ import annotations
@@ -135,6 +140,7 @@ def aggregate(runs: list[dict], threshold: float = 0.95) -> list[dict]:
                 "before": spread([r["before"] for r in ok if r["before"] is not None]),
                 "after": spread([r["after"] for r in ok]),
                 "reached": len(hits),
+                "steps_run": spread([r["curve"][-1][0] for r in ok if r["curve"]]),
                 "steps_to_threshold": spread([h[0] for h in hits]),
                 "seconds_to_threshold": spread([h[1] for h in hits]),
                 "wall_s": spread([r["wall_s"] for r in mine]),
@@ -162,8 +168,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"SFT start: `{meta['sft']}`; overrides: `{' '.join(meta['overrides'])}`  ",
         f"Greedy solve rate on the preset's eval set; mean (min-max, sd) over finished seeds. {meta['date']}",
         "",
-        f"| algo | seeds ok | before RL | after RL | steps to {thr} | wall to {thr} | wall per run | peak RSS |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| algo | seeds ok | before RL | after RL | RL steps | steps to {thr} | wall to {thr} | wall per run "
+        "| peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ok = f"{r['finished']}/{len(r['seeds'])}" + (f" (failed: {r['failed']})" if r["failed"] else "")
@@ -172,7 +179,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         secs = "not reached" if not r["reached"] else fmt(r["seconds_to_threshold"], 1 / 60, 1, " min")
         lines.append(
             f"| {r['algo']} | {ok} | {fmt(r['before'], 100, 1, '%')} | {fmt(r['after'], 100, 1, '%')} | "
-            f"{reach} | {secs} | {fmt(r['wall_s'], 1 / 60, 1, ' min')} | "
+            f"{fmt(r.get('steps_run'), 1, 0)} | {reach} | {secs} | {fmt(r['wall_s'], 1 / 60, 1, ' min')} | "
             f"{fmt(r['peak_rss_mb'], 1 / 1024, 2, ' GB')} |"
         )
     return "\n".join(lines) + "\n"
@@ -206,6 +213,24 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
     os.replace(tmp, path)
 
 
+README_START, README_END = "<!-- algo-table:start -->", "<!-- algo-table:end -->"
+
+
+def publish(out: Path, table: str, data: dict, preset: str, readme: Path, assets: Path) -> None:
+    """Write the table into ``readme`` between the markers and copy the curves and the aggregate into ``assets``."""
+    text = readme.read_text()
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{readme} has no {README_START} ... {README_END} block")
+    picture = f"docs/assets/algo_table_{preset}.png"
+    body = table.split("\n", 2)[2].strip("\n")  # without the page title
+    block = f"{body}\n\n![eval solve rate per RL step, mean and min-max over seeds]({picture})\n"
+    write_atomic(readme, (text[: start + len(README_START)] + "\n" + block + text[end:]).encode())
+    write_atomic(assets / f"algo_table_{preset}.png", (out / "curves.png").read_bytes())
+    keep = {k: data[k] for k in ("preset", "command", "date", "threshold", "overrides", "algo_overrides", "rows")}
+    write_atomic(assets / f"algo_table_{preset}.json", json.dumps(keep, indent=1).encode())
+
+
 def sft_checkpoint(path: Path) -> Path:
     """The model (or adapter) dir of an SFT run dir or an earlier table's OUT; else ``path`` itself."""
     for sub in ("sft/model", "sft/adapter", "sft/sft/model", "sft/sft/adapter"):
@@ -236,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=0.95, help="solve rate for the steps/wall-to columns")
     p.add_argument("--parallel", type=int, default=1, help="runs at a time (default 1: sequential)")
     p.add_argument("--smoke", action="store_true", help=f"tiny budget: {' '.join(SMOKE)}, {SMOKE_STEPS} RL steps")
+    p.add_argument("--publish", action="store_true", help="write the table into README.md and docs/assets (see above)")
+    p.add_argument("--readme", type=Path, default=ROOT / "README.md", help="README edited by --publish")
     args = p.parse_args(argv)
     out = args.out.resolve()
     steps = args.steps if args.steps is not None else (SMOKE_STEPS if args.smoke else None)
@@ -305,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out / "table.md", table.encode())
     write_atomic(out / "table.json", json.dumps({**meta, "rows": rows, "runs": runs}, indent=2).encode())
     plot(runs, out / "curves.png", f"{args.preset}: eval solve rate, mean and min-max over seeds")
+    if args.publish:
+        publish(out, table, {**meta, "rows": rows}, args.preset, args.readme, ROOT / "docs" / "assets")
     print(table + f"\nWrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
     return 0 if all(r["rc"] == 0 for r in runs) else 1
 

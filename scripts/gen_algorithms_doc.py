@@ -3,14 +3,19 @@
     python scripts/gen_algorithms_doc.py            # rewrite docs/algorithms.md
     python scripts/gen_algorithms_doc.py --check    # exit 1 when the file is out of date (the tests run this)
 
-The page is generated so it cannot drift from the code: the text is each algorithm module's
-docstring, the tables are its ``Config`` dataclass (name, default, the docstring under the field).
+The page is generated so it cannot drift from the code, in CleanRL's form per algorithm: usage (the
+command; the settings validation asks for on the default preset), implementation details (the algorithm
+module's docstring), settings (its ``Config`` dataclass: name, default, the docstring under the field),
+logged metrics (the keys its update returns beyond GRPO's, found by running one update of the network
+policy; every key is explained in docs/METRICS.md) and measured results (its row of the algorithm table
+that ``benchmarks/algo_table.py --publish`` wrote to docs/assets).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +30,53 @@ from algos.base import AlgorithmConfig  # noqa: E402
 from runners.config import field_docs  # noqa: E402
 
 DOC = ROOT / "docs" / "algorithms.md"
+MEASURED = ROOT / "docs" / "assets" / "algo_table_cpu-maze-vlm.json"
+"""The default preset's algorithm table, as ``benchmarks/algo_table.py --publish`` writes it."""
+DEFAULT_PRESET_NEEDS = {
+    "ppo": "rollout.branching=false algo.skip_zero_advantage=false algo.filter_zero_variance=false",
+}
+"""Settings the default preset's validation asks for before it accepts the algorithm."""
+
+
+def update_keys(name: str) -> set[str]:
+    """The metric keys one update of algorithm ``name`` returns (network policy, synthetic episodes)."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_algos import GRID, make_episodes
+
+    from algos.policies.net import MazeNetPolicy
+
+    torch.manual_seed(0)
+    policy = MazeNetPolicy(GRID)
+    return set(algos.make(name, policy, lr=1e-3).update(make_episodes(policy)))
+
+
+def _pct(spread: dict | None) -> str:
+    if not spread:
+        return "-"
+    if spread["n"] == 1:
+        return f"{100 * spread['mean']:.1f}%"
+    return f"{100 * spread['mean']:.1f}% ({100 * spread['min']:.1f}-{100 * spread['max']:.1f}%)"
+
+
+def measured(name: str) -> list[str]:
+    """The algorithm's row of the published algorithm table, or a line saying there is none."""
+    if not MEASURED.is_file():
+        return ["Not measured on the default preset yet (`benchmarks/algo_table.py --publish`)."]
+    data = json.loads(MEASURED.read_text())
+    row = next((r for r in data["rows"] if r["algo"] == name), None)
+    if row is None:
+        return [f"Not in the published table (`{data['command']}`)."]
+    steps = row.get("steps_run") or {}
+    extra = " ".join(data.get("algo_overrides", {}).get(name, []))
+    return [
+        f"Default preset (`{data['preset']}`), {row['finished']} of {len(row['seeds'])} seeds finished, "
+        f"greedy solve rate on the fixed 64 mazes, mean (min-max): **{_pct(row['before'])} -> "
+        f"{_pct(row['after'])}** after {steps.get('mean', 0):.0f} RL steps on average"
+        + (f" (with `{extra}`)" if extra else "")
+        + f". Command: `{data['command']}` ({data['date']}); the README has the whole table.",
+    ]
 
 
 def _row(name: str, default: object, doc: str) -> str:
@@ -41,7 +93,8 @@ def render() -> str:
         "edit by hand.",
         f"The default is `{algos.registry.DEFAULT}`. Set any field as `algo.<field>=value` on the `mazegym "
         "train` command line,",
-        "or pass it to `algos.make(name, policy, <field>=value)`.",
+        "or pass it to `algos.make(name, policy, <field>=value)`. What every logged key means: "
+        "[METRICS.md](METRICS.md).",
         "",
         "## Shared settings (`algos.base.AlgorithmConfig`)",
         "",
@@ -56,10 +109,23 @@ def render() -> str:
         )
         for f in dataclasses.fields(AlgorithmConfig)
     ]
+    base_keys = update_keys(algos.registry.DEFAULT)
     for name in algos.available():
         cls = algos.get(name)
         module = inspect.getmodule(cls)
-        lines += ["", f"## `{name}`", "", inspect.cleandoc(module.__doc__ or cls.__doc__ or "").strip(), ""]
+        needs = DEFAULT_PRESET_NEEDS.get(name, "")
+        lines += [
+            "",
+            f"## `{name}`",
+            "",
+            "**Usage.** `mazegym train algo.name=" + name + (f" {needs}`" if needs else "`") + "; in Python "
+            f'`algos.make("{name}", policy, <field>=value)`.',
+            "",
+            "**Implementation details.**",
+            "",
+            inspect.cleandoc(module.__doc__ or cls.__doc__ or "").strip(),
+            "",
+        ]
         config = algos.config_class(name)
         docs = field_docs(config)
         own = [
@@ -70,7 +136,7 @@ def render() -> str:
         ]
         if own:
             lines += [
-                f"Settings of `{config.__name__}` beyond or different from the shared ones:",
+                f"**Settings** of `{config.__name__}` beyond or different from the shared ones:",
                 "",
                 "| field | default | meaning |",
                 "|---|---|---|",
@@ -83,6 +149,14 @@ def render() -> str:
                 )
                 for f in own
             ]
+            lines.append("")
+        extra_keys = sorted(update_keys(name) - base_keys)
+        lines.append(
+            "**Logged metrics.** The shared `train/*` keys (docs/METRICS.md)"
+            + (", plus " + ", ".join(f"`train/{k}`" for k in extra_keys) if extra_keys else "")
+            + "."
+        )
+        lines += ["", "**Measured.** " + measured(name)[0]]
     return "\n".join(lines) + "\n"
 
 

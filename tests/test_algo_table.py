@@ -50,6 +50,8 @@ def test_aggregate_hand_computed():
     assert a["seconds_to_threshold"] == pytest.approx(
         {"mean": 90.0, "min": 50.0, "max": 130.0, "std": 56.568542, "n": 2}
     )
+    # RL steps run (last evaluated step): 5, 10, 10 -> mean 8.333, std sqrt((3.333^2 + 2 * 1.667^2) / 2) = 2.8868
+    assert a["steps_run"] == pytest.approx({"mean": 25 / 3, "min": 5, "max": 10, "std": 2.8867513, "n": 3})
     assert a["wall_s"] == pytest.approx({"mean": 200.0, "min": 100.0, "max": 300.0, "std": 100.0, "n": 3})
     assert a["peak_rss_mb"]["max"] == 700.0
     # b: the crashed seed counts as failed, its wall time still counts; one finished seed has no std
@@ -65,11 +67,11 @@ def test_threshold_is_inclusive_and_table_text():
     md = algo_table.markdown(algo_table.aggregate(RUNS), meta)
     # seconds to 95%: 50, 130 s = 0.83, 2.17 min; wall 100-300 s; RSS 500-700 MB = 0.49-0.68 GB, sd 100 MB = 0.10 GB
     assert (
-        "| a | 3/3 | 40.0% (40.0-40.0%, sd 0.0%) | 75.0% (50.0-100.0%, sd 25.0%) | "
+        "| a | 3/3 | 40.0% (40.0-40.0%, sd 0.0%) | 75.0% (50.0-100.0%, sd 25.0%) | 8 (5-10, sd 3) | "
         "7.5 (5.0-10.0, sd 3.5) (2/3 seeds) | 1.5 min (0.8-2.2 min, sd 0.9 min) | "
         "3.3 min (1.7-5.0 min, sd 1.7 min) | 0.59 GB (0.49-0.68 GB, sd 0.10 GB) |"
     ) in md
-    assert "| b | 1/2 (failed: [0]) | 40.0% | 25.0% | not reached | not reached |" in md
+    assert "| b | 1/2 (failed: [0]) | 40.0% | 25.0% | 5 | not reached | not reached |" in md
 
 
 def test_read_run_parses_the_run_files(tmp_path):
@@ -135,3 +137,27 @@ def test_smoke_table_two_algorithms(tmp_path):
     assert configs["grpo"]["sft"]["checkpoint"] == configs["ppo"]["sft"]["checkpoint"] == data["sft"]
     assert configs["ppo"]["algo"]["name"] == "ppo"
     assert configs["ppo"]["algo"]["params"]["filter_zero_variance"] is False
+
+
+def test_publish_writes_the_readme_block_and_the_assets(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- algo-table:start -->\nold table\n<!-- algo-table:end -->\noutro\n")
+    out, assets = tmp_path / "out", tmp_path / "assets"
+    out.mkdir()
+    (out / "curves.png").write_bytes(b"\x89PNG fake")
+    meta = {"preset": "p", "command": "c", "sft": "s", "overrides": ["x=1"], "threshold": 0.95, "date": "d"}
+    rows = algo_table.aggregate(RUNS)
+    table = algo_table.markdown(rows, meta)
+    algo_table.publish(out, table, {**meta, "algo_overrides": {}, "rows": rows}, "p", readme, assets)
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- algo-table:start -->\nCommand: `c`") and text.endswith(
+        "<!-- algo-table:end -->\noutro\n"
+    )
+    assert "old table" not in text and "# Algorithm table" not in text and "| a | 3/3 |" in text
+    assert "![eval solve rate per RL step, mean and min-max over seeds](docs/assets/algo_table_p.png)" in text
+    assert (assets / "algo_table_p.png").read_bytes() == b"\x89PNG fake"
+    saved = json.loads((assets / "algo_table_p.json").read_text())
+    assert [r["algo"] for r in saved["rows"]] == ["a", "b"] and saved["command"] == "c"
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no <!-- algo-table:start -->"):
+        algo_table.publish(out, table, {**meta, "algo_overrides": {}, "rows": rows}, "p", readme, assets)

@@ -58,3 +58,27 @@ def test_envs_page_matches_the_code():
         "LLM Interface",
     ):
         assert f"\n## {section}\n" in page
+
+
+def test_every_training_metric_key_is_explained_in_the_metrics_page():
+    """Each key an algorithm's update returns (logged as ``train/<key>``) appears in docs/METRICS.md."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_algos import GRID, make_episodes
+
+    import algos
+    from algos.policies.net import MazeNetPolicy
+
+    page = (ROOT / "docs" / "METRICS.md").read_text()
+    missing = {}
+    for name in algos.available():
+        torch.manual_seed(0)
+        policy = MazeNetPolicy(GRID)
+        keys = algos.make(name, policy, lr=1e-3).update(make_episodes(policy))
+        undocumented = sorted(k for k in keys if f"train/{k}" not in page)
+        if undocumented:
+            missing[name] = undocumented
+    assert missing == {}
