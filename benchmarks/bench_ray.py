@@ -1,12 +1,13 @@
 """Ray runner benchmark: step-time breakdown, throughput and adapter-sync latency, 1 vs N workers.
 
-Runs the same small GRPO job (tiny text model, no SFT, zero-variance filter off so every step
-really updates) with the local runner and with the Ray runner on 1..N CPU workers, then
-prints per-phase seconds per step (generate / update / sync / checkpoint), sync publish and
+Runs the same small job (a preset's recipe on a few mazes per step, zero-variance filter off so
+every step really updates) with the local runner and with the Ray runner on 1..N CPU workers,
+then prints per-phase seconds per step (generate / update / sync / checkpoint), sync publish and
 load latency, episodes per second, and the FSDP lockstep padding passes per step (all ranks)::
 
-    .venv/bin/python benchmarks/bench_ray.py --workers 1 2 --steps 4
-    .venv/bin/python benchmarks/bench_ray.py --json bench_ray.json
+    .venv/bin/python benchmarks/bench_ray.py --workers 1 2 --steps 4              # the default preset
+    .venv/bin/python benchmarks/bench_ray.py --sft RUN/sft/model --algo ppo      # from an SFT start, PPO
+    .venv/bin/python benchmarks/bench_ray.py --preset cpu-tiny --json bench_ray.json
 
 The first step of every run (engine warm-up) is excluded from the averages.
 """
@@ -21,11 +22,18 @@ import time
 from pathlib import Path
 
 
-def job_overrides(run_dir: Path, steps: int, mazes: int, group: int) -> list[str]:
-    """The benchmark job: tiny text LM from scratch, every step updates, checkpoint every step."""
+def job_overrides(run_dir: Path, args: argparse.Namespace) -> list[str]:
+    """The benchmark job: the preset's model from ``--sft`` (else from scratch), every step updates, a
+    checkpoint every step; ``--algo ppo`` on the default preset plays whole episodes (what its validation asks)."""
+    steps, mazes, group = args.steps, args.mazes, args.group
+    start = [f"sft.checkpoint={args.sft}"] if args.sft else ["sft.enabled=never"]
+    algo = [f"algo.name={args.algo}"]
+    if args.algo == "ppo" and args.preset == "cpu-maze-vlm":
+        algo += ["rollout.branching=false", "algo.skip_zero_advantage=false"]
     return [
         f"run_dir={run_dir}",
-        "sft.enabled=never",
+        *start,
+        *algo,
         "logging.progress=false",
         f"loop.steps={steps}",
         f"loop.mazes_per_step={mazes}",
@@ -35,6 +43,7 @@ def job_overrides(run_dir: Path, steps: int, mazes: int, group: int) -> list[str
         "checkpoint.every=1",
         "algo.filter_zero_variance=false",
         "loop.num_threads=1",
+        "maze.heldout_sets=[]",
     ]
 
 
@@ -76,7 +85,7 @@ def run_local(base: Path, args: argparse.Namespace) -> dict[str, float]:
     from runners.config.presets import get_preset
 
     run_dir = base / "local"
-    cfg = apply_overrides(get_preset("cpu-tiny"), job_overrides(run_dir, args.steps, args.mazes, args.group))
+    cfg = apply_overrides(get_preset(args.preset), job_overrides(run_dir, args))
     t0 = time.perf_counter()
     local.train(cfg, log=lambda m: None)
     return summarize_run(run_dir, time.perf_counter() - t0)
@@ -90,9 +99,8 @@ def run_ray(base: Path, workers: int, args: argparse.Namespace) -> dict[str, flo
 
     run_dir = base / f"ray{workers}"
     cfg = apply_overrides(
-        get_preset("cpu-tiny"),
-        job_overrides(run_dir, args.steps, args.mazes, args.group)
-        + ["runner.kind=ray", f"runner.num_workers={workers}"],
+        get_preset(args.preset),
+        job_overrides(run_dir, args) + ["runner.kind=ray", f"runner.num_workers={workers}"],
     )
     t0 = time.perf_counter()
     ray_runner.train(cfg, log=lambda m: None)
@@ -122,6 +130,11 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
 def main() -> None:
     """Parse arguments, run every configuration, print the table (and write JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="cpu-maze-vlm", help="training preset (default: the default one)")
+    parser.add_argument(
+        "--sft", default=None, help="SFT model dir to start from (default: the preset's model untrained)"
+    )
+    parser.add_argument("--algo", default="grpo", help="algorithm (default grpo)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Ray worker counts to run")
     parser.add_argument("--steps", type=int, default=4, help="RL steps per run (the first is warm-up)")
     parser.add_argument("--mazes", type=int, default=4, help="maze groups per step (split over workers)")
@@ -149,8 +162,8 @@ def main() -> None:
             rows[f"ray x{workers}"] = run_ray(base, workers, args)
     ray.shutdown()
     print(
-        f"{args.mazes} maze groups x {args.group} episodes per step, {args.steps} steps (step 1 excluded), "
-        f"{args.cpus} CPUs for Ray"
+        f"{args.preset}, {args.algo}: {args.mazes} mazes per step (group {args.group}), {args.steps} steps "
+        f"(step 1 excluded), {args.cpus} CPUs for Ray"
     )
     print(format_table(rows))
     if args.json:

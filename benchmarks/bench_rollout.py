@@ -37,13 +37,24 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def bench_config(engine: str, lora_rank: int):
+    """The run settings the benchmark's objects are built from."""
+    from runners.config import TrainConfig, apply_overrides
+
+    overrides = [
+        f"loop.engine={engine}",
+        f"lora.rank={lora_rank}",
+        f"lora.alpha={2 * lora_rank}",
+        "model.dtype=float32",
+    ]
+    return apply_overrides(TrainConfig(), overrides)
+
+
 def make_generator(engine: str, model_path: Path, lora_rank: int):
     """The sampler for ``engine`` (hf or vllm), built as a run builds it (:func:`runners.build.build_generator`)."""
     from runners.build import build_generator
-    from runners.config import TrainConfig, apply_overrides
 
-    config = apply_overrides(TrainConfig(), [f"loop.engine={engine}", f"lora.rank={lora_rank}", "model.dtype=float32"])
-    return build_generator(config, model_path)
+    return build_generator(bench_config(engine, lora_rank), model_path)
 
 
 def bench_rollouts(gen, mazes, config, rounds: int) -> dict:
@@ -72,12 +83,10 @@ def bench_rollouts(gen, mazes, config, rounds: int) -> dict:
 def bench_sync(gen, model_path: Path, lora_rank: int, syncs: int, sync_dir: Path) -> dict:
     import torch
 
-    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+    from runners.build import build_policy
     from runners.train.sync import AdapterSync
 
-    policy = LoRALMPolicy.from_pretrained(
-        model_path, lora=LoRAConfig(rank=lora_rank, alpha=2 * lora_rank), dtype=torch.float32
-    )
+    policy = build_policy(bench_config("hf", lora_rank), model_path)
     sync = AdapterSync(sync_dir)
     write_ms, load_ms = [], []
     for v in range(1, syncs + 1):

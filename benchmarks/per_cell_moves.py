@@ -26,8 +26,7 @@ from mazegym.evalsets import load_eval_set
 from mazegym.solver import bfs_distances, next_cell
 from runners.train.checkpoint import CheckpointManager
 from runners.config import from_dict
-from runners.build import build_generator, prepare_base_model
-from runners.train.sft import find_sft_checkpoint
+from runners.build import build_generator, trained_model
 from runners.config.derived import rollout_config
 from runners.train.steps import set_threads
 from mazegym.llm import format_action
@@ -101,9 +100,7 @@ def main() -> None:
     config = from_dict(json.loads(saved.read_text()))
     config.run_dir = str(a.run_dir)
     set_threads(config)
-    sft = find_sft_checkpoint(config)
-    model_dir = sft if sft is not None and (sft / "config.json").is_file() else prepare_base_model(config)
-    adapter = None
+    model_dir, adapter, _ = trained_model(config)
     if a.checkpoint != "sft":
         ckpt = CheckpointManager(a.run_dir / "checkpoints").resolve(a.checkpoint)
         if ckpt is None:

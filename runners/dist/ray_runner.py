@@ -38,8 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import ray
 import torch
 import torch.distributed as dist
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from mazegym.evalsets import load_eval_set
 from runners import atomic, build
@@ -113,8 +116,6 @@ def _free_port() -> int:
 
 def worker_address() -> tuple[str, int]:
     """This process's node IP and a free TCP port (rank 0 hosts the process-group rendezvous)."""
-    import ray
-
     return ray.util.get_node_ip_address(), _free_port()
 
 
@@ -122,9 +123,6 @@ class WorkerGroup:
     """One placement group with one bundle per worker, and one worker actor per bundle."""
 
     def __init__(self, ray_cfg: RayConfig, worker_cls: type, init_args: tuple):
-        import ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.ray_cfg = ray_cfg
         bundle = {"CPU": ray_cfg.cpus_per_worker}
@@ -174,8 +172,6 @@ class WorkerGroup:
 
         A dead actor, or an error in any worker while some actor is dead, raises :class:`WorkerFailure`.
         """
-        import ray
-
         refs = [
             getattr(a, method).remote(*(per_rank[i] if per_rank is not None else args))
             for i, a in enumerate(self.actors)
@@ -185,15 +181,11 @@ class WorkerGroup:
 
     def call_rank0(self, method: str, *args: Any) -> Any:
         """Call ``method`` on rank 0 only."""
-        import ray
-
         with _worker_failures(self, method):
             return ray.get(getattr(self.actors[0], method).remote(*args))
 
     def any_dead(self, timeout: float = 10.0) -> bool:
         """True when some worker does not answer a ping."""
-        import ray
-
         for actor in self.actors:
             try:
                 ray.get(actor.ping.remote(), timeout=timeout)
@@ -203,8 +195,6 @@ class WorkerGroup:
 
     def shutdown(self) -> None:
         """Kill every actor and free the placement group (safe to call twice)."""
-        import ray
-
         for actor in self.actors:
             try:
                 ray.kill(actor, no_restart=True)
@@ -474,8 +464,6 @@ def train(
     the loop after that many steps as if interrupted (for resume tests); ``command`` is recorded
     in ``run_info.json``.
     """
-    import ray
-
     t_start = time.perf_counter()
     validate(config)
     ray_cfg = ray_cfg or ray_config_from(config)
@@ -653,8 +641,6 @@ class RayExecutor:
 
 def _get_all(group: WorkerGroup, refs: list, what: str) -> list:
     """Results of ``refs`` in order, failing fast on the first error (a dead peer must not leave us waiting)."""
-    import ray
-
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
@@ -666,8 +652,6 @@ def _get_all(group: WorkerGroup, refs: list, what: str) -> list:
 @contextlib.contextmanager
 def _worker_failures(group: WorkerGroup, what: str) -> Iterator[None]:
     """Turn a dead actor (or an error while one is dead) into :class:`WorkerFailure`; other errors pass."""
-    import ray
-
     try:
         yield
     except ray.exceptions.RayActorError as exc:
