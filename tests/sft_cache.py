@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 
-def cached_sft_model(steps: int, *overrides: str) -> Path:
-    """The SFT model dir of preset ``cpu-tiny`` after ``steps`` SFT steps (plus ``overrides``)."""
+def cached_sft_model(steps: int, *overrides: str, preset: str = "cpu-tiny") -> Path:
+    """The SFT model dir of ``preset`` after ``steps`` SFT steps (plus ``overrides``)."""
     from runners import config as cfgmod
     from runners import build
     from runners import tiny
@@ -24,7 +24,7 @@ def cached_sft_model(steps: int, *overrides: str) -> Path:
     from runners.config.presets import get_preset
 
     cfg = apply_overrides(
-        get_preset("cpu-tiny"), ["run_dir=unused", *overrides, f"sft.steps={steps}", "logging.progress=false"]
+        get_preset(preset), ["run_dir=unused", *overrides, f"sft.steps={steps}", "logging.progress=false"]
     )
     recipe = {k: cfgmod.to_dict(cfg)[k] for k in ("model", "sft", "maze", "rollout", "lora")}
     key = hashlib.sha256(json.dumps([recipe, tiny.TOKENIZER_VERSION], sort_keys=True).encode()).hexdigest()[:16]

@@ -39,6 +39,7 @@ def entrypoint_argv() -> list[str]:
 
 def job_config():
     """The TrainConfig and RayConfig the RayJob's entrypoint resolves to (exactly as the runner builds them)."""
+    pytest.importorskip("ray")
     from runners import cli
     from runners.dist import ray_runner
 

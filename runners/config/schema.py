@@ -201,8 +201,8 @@ class RaySettings:
     """Placement and fault tolerance of the Ray runner (``runner.kind=ray``)."""
 
     address: str | None = None
-    """Ray cluster to join ("auto": the cluster this process runs in, e.g. inside a Ray job); None: ray.init()
-    defaults ($RAY_ADDRESS, else a new local instance)."""
+    """Ray cluster to join ("auto": the cluster this process runs in, e.g. inside a Ray job; "ray://host:10001"
+    or "host:6379": that cluster); None: $RAY_ADDRESS when set, else a new Ray instance on this machine."""
     cpus_per_worker: float = 1.0
     """CPUs reserved by each worker's placement-group bundle."""
     placement_strategy: str = "PACK"

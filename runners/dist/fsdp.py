@@ -138,6 +138,18 @@ def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> "Shard
     kwargs = {"mesh": mesh}
     if mp_policy is not None:
         kwargs["mp_policy"] = mp_policy
+    # fully_shard cannot shard 0-d parameters (e.g. MazeVLM's saliency temperature, CLIP's logit scale):
+    # they stay whole on every rank and the lockstep all-reduces their gradients.
+    replicated = [p for p in policy.model.parameters() if p.ndim == 0]
+    if replicated:
+        kwargs["ignored_params"] = set(replicated)
+    # The decoder layers' reduce-scatters must come in the same order on every rank. A layer's runs as soon
+    # as the gradient reaches its inputs when they require grad, else in the final callback: a real pass
+    # whose inputs carry a trained vision encoder's features and a padding pass without images would
+    # disagree. Input embeddings that always require grad (transformers' own switch) make both the former.
+    base = policy.model.get_base_model() if hasattr(policy.model, "get_base_model") else policy.model
+    if hasattr(base, "enable_input_require_grads"):
+        base.enable_input_require_grads()
     for layer in decoder_layers(policy.model):
         fully_shard(layer, **kwargs)
     fully_shard(policy.model, **kwargs)
@@ -152,7 +164,7 @@ def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> "Shard
                 "several ranks need (a rank without image turns leaves the vision tower without "
                 "gradients); use the pinned torch (pyproject.toml) or run one worker"
             )
-    return ShardedLoRALMPolicy(policy, mesh)
+    return ShardedLoRALMPolicy(policy, mesh, replicated)
 
 
 class ShardedLoRALMPolicy(LoRALMPolicy):
@@ -165,10 +177,12 @@ class ShardedLoRALMPolicy(LoRALMPolicy):
     :func:`gather_adapter`, then :func:`save_full_adapter` on one rank).
     """
 
-    def __init__(self, policy: LoRALMPolicy, mesh: Any):
+    def __init__(self, policy: LoRALMPolicy, mesh: Any, replicated: list[nn.Parameter] | None = None):
         """Take over ``policy``'s state (its model already sharded on ``mesh``); ``policy`` is not used again."""
         self.__dict__.update(vars(policy))
         self.fsdp_mesh = mesh
+        self.replicated_params = list(replicated or [])
+        """Parameters FSDP left whole on every rank (0-d ones); their gradients are all-reduced by the lockstep."""
         self.lockstep: Lockstep | None = None
         """The lockstep that runs this rank's updates; set by :class:`Lockstep`."""
 
@@ -499,11 +513,40 @@ class Lockstep(Strategy):
         from torch.distributed.tensor import DTensor
 
         params = [p for g in self.algorithm.optimizer.param_groups for p in g["params"]]
+        replicated = self.policy.replicated_params
+        if replicated and self.world_size > 1:
+            self._sum_replicated_grads(replicated)
         if n_active > 1:
             with torch.no_grad():
                 for p in params:
                     if p.grad is not None:
                         p.grad.div_(n_active)
         c = self.algorithm.config.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, c if c > 0 else math.inf)
-        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        if not replicated:
+            norm = torch.nn.utils.clip_grad_norm_(params, c if c > 0 else math.inf)
+            return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        # Sharded (DTensor) and whole gradients cannot share one clip_grad_norm_ call; this is its arithmetic
+        # (per-tensor norms in parameter order, their norm, one clamped coefficient), so one rank still
+        # computes what the local runner does.
+        grads = [p.grad for p in params if p.grad is not None]
+        norms = [torch.linalg.vector_norm(g, 2.0) for g in grads]
+        norms = [n.full_tensor() if isinstance(n, DTensor) else n for n in norms]
+        total = torch.linalg.vector_norm(torch.stack(norms), 2.0) if norms else torch.tensor(0.0)
+        coef = torch.clamp((c if c > 0 else math.inf) / (total + 1e-6), max=1.0).item()
+        with torch.no_grad():
+            for g in grads:
+                g.mul_(coef)
+        return float(total)
+
+    def _sum_replicated_grads(self, replicated: list[nn.Parameter]) -> None:
+        """Sum the whole parameters' gradients over the ranks (all ranks, every C unit, in the same order);
+        a parameter no rank has a gradient for keeps none, as on one rank."""
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for p in replicated:
+                has = torch.tensor([0.0 if p.grad is None else 1.0], device=p.device)
+                grad = torch.zeros_like(p) if p.grad is None else p.grad
+                both = torch.cat([grad.reshape(1), has])
+                dist.all_reduce(both)
+                p.grad = None if both[1].item() == 0 else both[0].reshape(p.shape).clone()

@@ -104,6 +104,10 @@ def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
 # ------------------------------------------------------------------------ worker group (driver)
 
 
+PASSED_ENV = ("TORCH_DISTRIBUTED_DEBUG", "NCCL_DEBUG", "TORCH_CPP_LOG_LEVEL")
+"""Environment variables the driver passes on to every worker actor when they are set."""
+
+
 class WorkerFailure(RuntimeError):
     """A worker actor died (or a collective with a dead peer failed): rebuild and resume."""
 
@@ -145,6 +149,8 @@ class WorkerGroup:
             "OMP_NUM_THREADS": str(ray_cfg.worker_threads),
             "MKL_NUM_THREADS": str(ray_cfg.worker_threads),
             "TOKENIZERS_PARALLELISM": "false",
+            # Debug switches set on the driver reach every rank (collective checks, NCCL logs).
+            **{k: os.environ[k] for k in PASSED_ENV if k in os.environ},
         }
         self.actors = [
             remote_cls.options(
@@ -451,6 +457,12 @@ def _evaluate(group: WorkerGroup, set_name: str, temperature: float, rollout: An
     return eval_summary(set_name, episodes, rollout, temperature)
 
 
+def cluster_address(address: str | None) -> str:
+    """What ``ray.init`` is given: ``runner.ray.address``, else ``$RAY_ADDRESS``, else ``"local"`` (a new
+    instance on this machine; never a stale cluster an earlier process left in /tmp/ray)."""
+    return address or os.environ.get("RAY_ADDRESS") or "local"
+
+
 def train(
     config: TrainConfig,
     log: Any = print,
@@ -468,7 +480,7 @@ def train(
     validate(config)
     ray_cfg = ray_cfg or ray_config_from(config)
     if not ray.is_initialized():
-        ray.init(address=ray_cfg.address, log_to_driver=True)
+        ray.init(address=cluster_address(ray_cfg.address), log_to_driver=True)
     config.run_dir = str(Path(config.run_dir).resolve())
     run_dir, manager, resume_from, metrics = build.open_run(config, log, command)
     exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
