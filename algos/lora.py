@@ -21,6 +21,6 @@ class LoRAConfig:
     """Never put LoRA on the vision tower (vLLM ignores it there)."""
     modules_to_save: list[str] = field(default_factory=list)
     """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM
-    whose encoder must learn too. The vLLM backend serves such adapters for MazeVLM only (its encoder runs beside
+    whose encoder must learn too. The vLLM engine serves such adapters for MazeVLM only (its encoder runs beside
     the engine).
     """

@@ -266,7 +266,7 @@ def build_tiny_vlm(out_dir: str | os.PathLike, seed: int = 0, **overrides: Any) 
 
 
 def _write_qwen_image_processor(out_dir: Path, min_pixels: int, max_pixels: int, **kwargs: Any) -> None:
-    """Save a Qwen2-VL image processor (``kwargs``: patch/merge sizes, normalisation) in the layout every backend
+    """Save a Qwen2-VL image processor (``kwargs``: patch/merge sizes, normalisation) in the layout every engine
     reads.
     """
     try:  # transformers >= 5: the PIL backend works without torchvision
@@ -275,7 +275,7 @@ def _write_qwen_image_processor(out_dir: Path, min_pixels: int, max_pixels: int,
         from transformers import Qwen2VLImageProcessor as Processor
 
     Processor(min_pixels=min_pixels, max_pixels=max_pixels, **kwargs).save_pretrained(out_dir)
-    # Write the class name every backend knows (the PIL variant is picked at load time
+    # Write the class name every engine knows (the PIL variant is picked at load time
     # when torchvision is missing), and the legacy min/max pixel keys vLLM reads.
     path = out_dir / "preprocessor_config.json"
     cfg = json.loads(path.read_text())

@@ -211,7 +211,7 @@ def _step(
     """
     text = _printable(result.text)
     state = agent_state(play.info)
-    # A backend that hands back something other than text gave no reply: parse the original, not str() of it.
+    # An engine that hands back something other than text gave no reply: parse the original, not str() of it.
     parsed = parse_action(text if isinstance(result.text, str) else result.text, require_stop=config.require_stop)
     if parsed.valid and parsed.action < play.env.action_space.n:
         obs, reward, terminated, truncated, info = play.env.step(parsed.action)

@@ -2,7 +2,7 @@
 
 The expected names come from building the model on the ``meta`` device (no weights, no memory)
 and wrapping it with the adapter's own ``adapter_config.json``: exactly what PEFT would save for
-that model. Both generation backends call :func:`check_adapter` before loading, so a partial
+that model. Both generation engines call :func:`check_adapter` before loading, so a partial
 adapter (missing tensors) or one made for another model (unexpected tensors) is refused with
 the names, instead of serving base or stale weights for the missing layers.
 """

@@ -1,6 +1,6 @@
-"""The one interface every generation backend implements, and the prompt encoding they share.
+"""The one interface every generation engine implements, and the prompt encoding they share.
 
-A backend takes a *batch* of prompts (token ids, plus images for vision-language models) and
+An engine takes a *batch* of prompts (token ids, plus images for vision-language models) and
 returns one :class:`GenerationResult` per prompt with the sampled tokens and their sampling
 log-probs. The rollout engine always sends every active episode in one call.
 
@@ -32,7 +32,7 @@ class SamplingConfig:
     top_k: int = 0
     """Keep only the k most likely tokens (0 = off)."""
     seed: int | None = None
-    """Seed for the backend's sampler; ``None`` leaves the generator's RNG as it is."""
+    """Seed for the engine's sampler; ``None`` leaves the generator's RNG as it is."""
 
     @property
     def greedy(self) -> bool:

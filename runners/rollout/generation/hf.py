@@ -1,4 +1,4 @@
-"""Hugging Face transformers backend: batched generation on CPU or GPU, text LMs and VLMs, PEFT LoRA.
+"""Hugging Face transformers engine: batched generation on CPU or GPU, text LMs and VLMs, PEFT LoRA.
 
 Log-probs are recomputed from the raw logits ``generate`` returns: ``log_softmax(logits / T)``
 at the sampled token (T = 1 when greedy), i.e. the temperature-scaled distribution before

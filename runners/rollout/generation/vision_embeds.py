@@ -121,7 +121,7 @@ class PromptEmbedder:
         prefix = "vision_tower."
         other = sorted(k for k in full_weights if not k.startswith(prefix))
         if other:
-            raise ValueError(f"the adapter trains modules in full that the vLLM backend cannot serve: {other[:5]}")
+            raise ValueError(f"the adapter trains modules in full that the vLLM engine cannot serve: {other[:5]}")
         vision = {k[len(prefix) :]: v for k, v in full_weights.items()} or self.base_vision
         missing, unexpected = sorted(set(self.base_vision) - set(vision)), sorted(set(vision) - set(self.base_vision))
         if missing or unexpected:

