@@ -60,27 +60,32 @@ def _pct(spread: dict | None) -> str:
     return f"{100 * spread['mean']:.1f}% ({100 * spread['min']:.1f}-{100 * spread['max']:.1f}%)"
 
 
-def measured(name: str) -> list[str]:
+def measured(name: str) -> str:
     """The algorithm's row of the published algorithm table, or a line saying there is none."""
     if not MEASURED.is_file():
-        return ["Not measured on the default preset yet (`benchmarks/algo_table.py --publish`)."]
+        return "Not measured on the default preset yet (`benchmarks/algo_table.py --publish`)."
     data = json.loads(MEASURED.read_text())
     row = next((r for r in data["rows"] if r["algo"] == name), None)
     if row is None:
-        return [f"Not in the published table (`{data['command']}`)."]
+        return f"Not in the published table (`{data['command']}`)."
     steps = row.get("steps_run") or {}
     extra = " ".join(data.get("algo_overrides", {}).get(name, []))
-    return [
+    return (
         f"Default preset (`{data['preset']}`), {row['finished']} of {len(row['seeds'])} seeds finished, "
         f"greedy solve rate on the fixed 64 mazes, mean (min-max): **{_pct(row['before'])} -> "
         f"{_pct(row['after'])}** after {steps.get('mean', 0):.0f} RL steps on average"
         + (f" (with `{extra}`)" if extra else "")
-        + f". Command: `{data['command']}` ({data['date']}); the README has the whole table.",
-    ]
+        + f". Command: `{data['command']}` ({data['date']}); the README has the whole table."
+    )
 
 
-def _row(name: str, default: object, doc: str) -> str:
-    return f"| `{name}` | `{default!r}` | {doc.replace('|', '/')} |"
+def _rows(fields: list, docs: dict[str, str]) -> list[str]:
+    """One table row per dataclass field: name, default, the docstring under it."""
+    rows = []
+    for f in fields:
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append(f"| `{f.name}` | `{default!r}` | {docs.get(f.name, '').replace('|', '/')} |")
+    return rows
 
 
 def render() -> str:
@@ -101,14 +106,7 @@ def render() -> str:
         "| field | default | meaning |",
         "|---|---|---|",
     ]
-    lines += [
-        _row(
-            f.name,
-            f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-            base_docs.get(f.name, ""),
-        )
-        for f in dataclasses.fields(AlgorithmConfig)
-    ]
+    lines += _rows(dataclasses.fields(AlgorithmConfig), base_docs)
     base_keys = update_keys(algos.registry.DEFAULT)
     for name in algos.available():
         cls = algos.get(name)
@@ -141,14 +139,7 @@ def render() -> str:
                 "| field | default | meaning |",
                 "|---|---|---|",
             ]
-            lines += [
-                _row(
-                    f.name,
-                    f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                    docs.get(f.name, ""),
-                )
-                for f in own
-            ]
+            lines += _rows(own, docs)
             lines.append("")
         extra_keys = sorted(update_keys(name) - base_keys)
         lines.append(
@@ -156,7 +147,7 @@ def render() -> str:
             + (", plus " + ", ".join(f"`train/{k}`" for k in extra_keys) if extra_keys else "")
             + "."
         )
-        lines += ["", "**Measured.** " + measured(name)[0]]
+        lines += ["", "**Measured.** " + measured(name)]
     return "\n".join(lines) + "\n"
 
 

@@ -110,7 +110,7 @@ def _cli_value(text: str, target: Any, optional: bool) -> Any:
         return [item for item in stripped.split(",") if item]
     if isinstance(target, (ListConfig, DictConfig)) or stripped[:1] in ("[", "{"):
         try:
-            return OmegaConf.to_container(OmegaConf.create({"value": yaml.safe_load(stripped)}))["value"]
+            return yaml.safe_load(stripped)
         except yaml.YAMLError as exc:
             raise ConfigError(f"cannot parse {text!r} ({exc.__class__.__name__})") from None
     return text
@@ -122,7 +122,7 @@ def _reason(exc: Exception, value: Any) -> str:
     for marker, kind in (("to Integer", "an integer"), ("to Float", "a number"), ("valid bool", "true/false")):
         if marker in message:
             return f"expected {kind}, got {value!r}"
-    if "ListConfig" in message or "to a ListConfig" in message:
+    if "ListConfig" in message:
         return f"expected a list (e.g. a,b or [a, b]), got {value!r}"
     if "DictConfig" in message or "is not a dict" in message.lower():
         return f"expected a mapping (JSON object), got {value!r}"

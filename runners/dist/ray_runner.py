@@ -539,7 +539,6 @@ def _start_group(
     group = WorkerGroup(ray_cfg, RolloutTrainWorker, init_args)
     info = group.setup_info
     atomic.write_json(run_dir / "ray_workers.json", info)
-    restarts = state.restarts
     if resume_from is not None:
         resumed = loop_state_from(read_state(resume_from))
         state.step, state.before, state.history = resumed.step, resumed.before, resumed.history
@@ -547,7 +546,6 @@ def _start_group(
         log(f"[resume] from {resume_from} at RL step {state.step} on {ray_cfg.num_workers} workers")
     else:
         state.step, state.stream, state.record = 0, None, None
-    state.restarts = restarts
     log(f"[ray] {ray_cfg.num_workers} workers ({info[0]['dist_backend']}), pids {[i['pid'] for i in info]}")
     return group
 
