@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -134,6 +134,20 @@ class Strategy:
         params = [p for g in algorithm.optimizer.param_groups for p in g["params"]]
         clip = algorithm.config.max_grad_norm if algorithm.config.max_grad_norm > 0 else math.inf
         return float(torch.nn.utils.clip_grad_norm_(params, clip))
+
+    def parts(self, rows: torch.Tensor, micro: int) -> list[torch.Tensor]:
+        """How a minibatch's ``rows`` are cut into micro-batches (default: ``micro`` rows each)."""
+        return [rows[start : start + micro] for start in range(0, len(rows), micro)]
+
+    def map_parts(self, algorithm: "Algorithm", fn: Callable[[Any, Any], Any], parts: Sequence[Any]) -> list[Any]:
+        """``[fn(policy, part) for part in parts]``, in order: where each part's forward (and backward) runs."""
+        return [fn(algorithm.policy, part) for part in parts]
+
+    def begin_update(self, algorithm: "Algorithm") -> None:
+        """Called at the start of every :meth:`Algorithm.update` (default: nothing)."""
+
+    def after_step(self, algorithm: "Algorithm") -> None:
+        """Called after every ``optimizer.step()`` (default: nothing)."""
 
 
 class Algorithm:
@@ -309,7 +323,7 @@ class Algorithm:
         # The batch stays on the CPU (the policy may run on a GPU); each micro-batch moves its rows to the
         # policy's device.
         if need_forward:
-            outs = [self.policy.score_turns(chunk) for chunk in self._chunks(turns)]
+            outs = self.strategy.map_parts(self, lambda policy, chunk: policy.score_turns(chunk), self._chunks(turns))
             recomputed = _cat_padded([o.logprobs.detach().cpu() for o in outs], length)
             if self.policy.has_value_head:
                 batch["old_values"] = torch.cat([o.values.detach().cpu() for o in outs]).float()
@@ -325,11 +339,12 @@ class Algorithm:
 
     def _chunks(self, turns: list[Turn]) -> list[list[Turn]]:
         size = self.config.micro_batch_size or self.config.minibatch_size or len(turns)
-        return [turns[i : i + size] for i in range(0, len(turns), size)]
+        return [turns[int(r[0]) : int(r[-1]) + 1] for r in self.strategy.parts(torch.arange(len(turns)), size)]
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         """One training step on a batch of episodes; returns metrics (see module docstring)."""
         c = self.config
+        self.strategy.begin_update(self)
         episodes = [ep for ep in episodes if ep.turns]
         returns = torch.tensor([ep.episode_return for ep in episodes], dtype=torch.float64)
         group_ids = torch.tensor([ep.group_id for ep in episodes])
@@ -438,21 +453,25 @@ class Algorithm:
         seqs = float((mask.sum(1) > 0).sum().item()) if c.loss_agg == "seq-mean-token-mean" else float(len(rows))
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = defaultdict(float)
-        micro = c.micro_batch_size or len(rows)
-        total_loss = 0.0
-        for start in range(0, len(rows), micro):
-            sub = rows[start : start + micro]
-            totals = {"tokens": tokens, "seqs": seqs, "max_len": max_len}
-            out = self.policy.score_turns([turns[i] for i in sub.tolist()])
+        totals = {"tokens": tokens, "seqs": seqs, "max_len": max_len}
+
+        def backward(policy: Any, sub: torch.Tensor) -> tuple[float, dict[str, float]]:
+            out = policy.score_turns([turns[i] for i in sub.tolist()])
             sub_batch = {k: v[sub].to(out.logprobs.device) for k, v in batch.items() if k != "mask"}
             loss, m = self.compute_loss(out, sub_batch, totals)
             loss.backward()
-            total_loss += loss.item()
+            return loss.item(), m
+
+        parts = self.strategy.parts(rows, c.micro_batch_size or len(rows))
+        total_loss = 0.0
+        for sub, (loss, m) in zip(parts, self.strategy.map_parts(self, backward, parts)):
+            total_loss += loss
             weight = len(sub) / len(rows)
             for k, v in m.items():
                 sums[k] += v if k in ADDITIVE_METRICS else v * weight
         grad_norm = self.clip_gradients()
         self.optimizer.step()
+        self.strategy.after_step(self)
         sums["grad_norm"] = grad_norm
         sums["total_loss"] = total_loss
         return sums

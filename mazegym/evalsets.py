@@ -54,6 +54,10 @@ class EvalSetInfo:
     """Move limit of that env; every stored maze is solvable within it."""
     set_hash: str
     """:func:`set_hash` of the stored mazes: a file that does not hash to it is refused."""
+    count: int = 64
+    """Mazes in the set."""
+    first_seed: int = 0
+    """The first reserved seed played; a set drawn from seeds past another set's keeps only mazes in no other set."""
 
 
 EVAL_SETS: dict[str, EvalSetInfo] = {
@@ -63,6 +67,7 @@ EVAL_SETS: dict[str, EvalSetInfo] = {
     "heldout-13x13": EvalSetInfo("VisMaze-13x13-v0", 13, 50, "b4d48e1f6268073b"),
     "heldout-15x15": EvalSetInfo("VisMaze-15x15-v0", 15, 70, "f748d9b37327cfae"),
     "heldout-21x21": EvalSetInfo("VisMaze-21x21-v0", 21, 150, "4fe3e0ad9727331c"),
+    "fresh-9x9": EvalSetInfo("VisMaze-v0", 9, 20, "3de33deb623a391f", count=1000, first_seed=1_000_000),
 }
 """Evaluation set names: one per preset (the case study's 64 fixed mazes) plus held-out sizes."""
 
@@ -193,7 +198,7 @@ class MazeStream:
         self.skipped = int(state.get("skipped", 0))
 
 
-def generate_eval_set(name: str, count: int = EVAL_SET_SIZE) -> tuple[list[MazeSpec], list[int]]:
+def generate_eval_set(name: str, count: int | None = None) -> tuple[list[MazeSpec], list[int]]:
     """Rebuild a set from its reserved seeds (only used by ``--regenerate`` and ``--check``)."""
     import gymnasium as gym
 
@@ -201,13 +206,22 @@ def generate_eval_set(name: str, count: int = EVAL_SET_SIZE) -> tuple[list[MazeS
     from mazegym.solver import optimal_moves
 
     info = EVAL_SETS[name]
+    count = info.count if count is None else count
     env = gym.make(info.env_id).unwrapped
-    mazes, seeds = [], []
-    seed = 0
+    # A set drawn past seed 0 must not share a maze with the sets drawn from seed 0 of any env.
+    others = (
+        {m.maze_id for other in EVAL_SETS if other != name and EVAL_SETS[other].first_seed == 0 for m in _load(other)}
+        if info.first_seed
+        else set()
+    )
+    mazes, seeds, ids = [], [], set()
+    seed = info.first_seed
     while len(mazes) < count:
         env.reset(seed=seed)
         spec = env.spec_maze
-        if spec not in mazes and optimal_moves(spec.grid, spec.start, spec.goal) <= info.max_moves:
+        fits = optimal_moves(spec.grid, spec.start, spec.goal) <= info.max_moves
+        if spec.maze_id not in ids and spec.maze_id not in others and fits:
+            ids.add(spec.maze_id)
             mazes.append(spec)
             seeds.append(seed)
         seed += 1
@@ -241,8 +255,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--check", action="store_true", help="report whether today's generators still reproduce the stored sets"
     )
+    parser.add_argument("--only", nargs="*", metavar="NAME", help="these sets only (default: every set)")
     args = parser.parse_args(argv)
-    for name in EVAL_SETS:
+    for name in args.only or EVAL_SETS:
         if args.regenerate:
             print(f"{name}: wrote {_path(name).name} (set hash {_write(name)})")
         else:

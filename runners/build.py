@@ -21,6 +21,7 @@ import torch
 import algos
 from mazegym.evalsets import MazeStream
 from runners import atomic
+from runners.train.calibration import calibrate
 from runners.train.run_info import record_invocation
 from runners.config import TrainConfig, to_dict, validate
 from runners.config.derived import rollout_config
@@ -161,6 +162,10 @@ def build_training(
     params.setdefault("seed", config.loop.seed)
     params["episode_mean"] = config.algo.episode_mean
     algorithm = algos.make(config.algo.name, policy, **params)
+    if config.loop.update_threads > 1:
+        from algos.parallel import ThreadReplicas
+
+        algorithm.strategy = ThreadReplicas(policy, config.loop.update_threads)
     probe = None
     if config.loop.parity_every > 0:
         from runners.train.parity import ParityProbe
@@ -247,7 +252,13 @@ def open_run(
     resume_from = manager.start_run(config.checkpoint.resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", to_dict(config))
-    record_invocation(run_dir, command)
+    calibration = calibrate(config.logging.calibration_seconds) if config.logging.calibration_seconds > 0 else None
+    if calibration:
+        log(
+            f"[machine] calibration: {calibration['units_per_s']:.2f} units/s on one thread "
+            f"({calibration['cpus']} CPUs, load average {calibration['load_avg_1m']}); recorded in run_info.json"
+        )
+    record_invocation(run_dir, command, calibration)
     metrics = MetricsLogger(
         run_dir,
         wandb=config.logging.wandb,

@@ -93,6 +93,7 @@ class LocalExecutor:
         self.rollout = rollout_config(config)
         self.forbidden = vision_placeholder_ids(model_dir)
         self.description = f"RL ({config.algo.name})"
+        self.concurrent_generation = True  # the generator and the policy are separate models (CollectAhead)
 
     def generate(self, mazes: Sequence[Any], step: int) -> list[Episode]:
         """G rollouts of each maze, seeded by the step (a pure function of the step: resume replays it)."""

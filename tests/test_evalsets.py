@@ -16,6 +16,7 @@ PINNED = {
     "heldout-13x13": "b4d48e1f6268073b",
     "heldout-15x15": "f748d9b37327cfae",
     "heldout-21x21": "4fe3e0ad9727331c",
+    "fresh-9x9": "3de33deb623a391f",
 }
 
 
@@ -23,8 +24,21 @@ def test_eval_sets_are_pinned_by_hash():
     assert set(EVAL_SETS) == set(PINNED)
     for name, expected in PINNED.items():
         mazes = load_eval_set(name)
-        assert len(mazes) == 64 and len({m.maze_id for m in mazes}) == 64
+        count = EVAL_SETS[name].count
+        assert len(mazes) == count and len({m.maze_id for m in mazes}) == count
         assert set_hash(mazes) == expected, f"eval set {name} changed"
+    assert EVAL_SETS["fresh-9x9"].count == 1000
+
+
+def test_fresh_set_shares_no_maze_with_the_fixed_sets():
+    """The 1000 fresh 9x9 mazes come from seeds past the fixed sets' and repeat none of their mazes."""
+    fresh = {m.maze_id for m in load_eval_set("fresh-9x9")}
+    for name in EVAL_SETS:
+        if name != "fresh-9x9":
+            assert not fresh & {m.maze_id for m in load_eval_set(name)}, name
+    env = gym.make("VisMaze-v0")
+    first = load_eval_set("fresh-9x9")[0]
+    assert env.reset(seed=EVAL_SETS["fresh-9x9"].first_seed)[1]["maze_id"] == first.maze_id
 
 
 @pytest.mark.parametrize("name", sorted(EVAL_SETS))

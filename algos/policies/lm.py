@@ -324,7 +324,10 @@ class LoRALMPolicy:
         """
         if self.image_processor is None:
             raise ValueError("turns carry images but this policy has no image_processor (load a VLM directory)")
-        images = [_to_pil(img) for t in turns for img in t.images]
+        if getattr(self.image_processor, "accepts_arrays", False):  # frames as they are (no PIL round trip)
+            images = [img if is_rgb_frame(img) else _to_pil(img) for t in turns for img in t.images]
+        else:
+            images = [_to_pil(img) for t in turns for img in t.images]
         processed = self.image_processor(images=images, return_tensors="pt")
         return {k: v for k, v in processed.items() if isinstance(v, torch.Tensor)}
 
@@ -426,6 +429,13 @@ def check_adapter_keys(expected: Iterable[str], found: Iterable[str], source: An
             f"{len(unexpected)} unexpected ({', '.join(unexpected[:5])}{', ...' if len(unexpected) > 5 else ''})"
         )
     raise ValueError(f"adapter at {source} does not fit this model: LoRA tensors " + "; ".join(parts))
+
+
+def is_rgb_frame(image: Any) -> bool:
+    """An HxWx3 uint8 array: what the env renders, and what :func:`_to_pil` would pass on unchanged."""
+    import numpy as np
+
+    return isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
 
 
 def _to_pil(image: Any):

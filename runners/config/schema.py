@@ -151,7 +151,20 @@ class LoopConfig:
     parity_every: int = 0
     """Check sampler/trainer log-prob parity after every N-th sync (0 = never)."""
     max_minutes: float = 0.0
-    """Stop RL early (with a final checkpoint and eval) after this many minutes; 0 = no limit."""
+    """A safety net, not a budget: stop RL early (with a final checkpoint and eval) after this many minutes, and say so
+    in the first line of the final table; 0 = no limit. ``loop.steps`` is what decides a run's result.
+    """
+    update_threads: int = 1
+    """Local runner on CPU: run the update's micro-batches on this many copies of the policy, one thread each
+    (:class:`algos.parallel.ThreadReplicas`); unlike ``num_threads`` it does not slow down when another program holds
+    a core. The Ray runner parallelises over ``runner.num_workers`` instead (set 1 there).
+    """
+    overlap_generation: bool = False
+    """One-step off-policy: collect step t+1's rollouts with the weights of step t-1 while step t's update runs (the
+    local runner does both at once on two cores; the Ray runner does them one after the other, with the same data).
+    Never across a checkpoint step: the step after a checkpoint is collected on-policy, so a resumed run replays the
+    uninterrupted one exactly.
+    """
 
 
 @dataclass
@@ -194,6 +207,10 @@ class LoggingConfig:
     """Project / experiment name for W&B and MLflow."""
     progress: bool = True
     """Show a progress bar with ETA and the current solve rate."""
+    calibration_seconds: float = 1.0
+    """Measure the machine for about this long at the start of ``mazegym train`` (recorded in run_info.json beside the
+    run's steps/s, so a slow machine can be told from a regression); 0 = skip.
+    """
 
 
 @dataclass

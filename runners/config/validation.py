@@ -86,6 +86,24 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
                 "rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
                 "log-probs; set algo.old_logprobs=recompute"
             )
+    if config.loop.overlap_generation and not config.rollout.branching:
+        raise ConfigError(
+            "loop.overlap_generation=true needs rollout.branching=true: branch scoring draws no random numbers, "
+            "while sampled plays seed torch's global generator, which the update running beside them shares"
+        )
+    if config.loop.update_threads < 1:
+        raise ConfigError(f"loop.update_threads must be >= 1, got {config.loop.update_threads}")
+    if config.loop.update_threads > 1 and config.runner.kind == "ray":
+        raise ConfigError(
+            f"loop.update_threads={config.loop.update_threads} is the local runner's data parallelism; the Ray runner "
+            "parallelises over runner.num_workers: set loop.update_threads=1"
+        )
+    if not config.logging.calibration_seconds >= 0 or config.logging.calibration_seconds > 60:
+        raise ConfigError(
+            f"logging.calibration_seconds must be between 0 (skip) and 60, got {config.logging.calibration_seconds}"
+        )
+    if config.loop.max_minutes < 0:
+        raise ConfigError(f"loop.max_minutes must be >= 0 (0 = no time cap), got {config.loop.max_minutes}")
     from mazegym.envs.vismaze import VisMazeEnv
 
     try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run

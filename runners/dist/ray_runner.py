@@ -584,19 +584,25 @@ class RayExecutor:
         self.sync_dir = str(run_dir / "adapter_sync")
         self.workers = len(group.actors)
         self.description = f"RL ({config.algo.name}, ray x{self.workers})"
-        self._refs: list = []
+        # The workers' episode refs of each generated step, by the id of the list handed to the loop (with
+        # loop.overlap_generation the next step is generated before this step's update).
+        self._refs: dict[int, list] = {}
         self._per_rank_update: list[dict[str, float]] = []
+        self.concurrent_generation = False  # the next step's collection runs before the update, not beside it
 
     def generate(self, mazes: Any, step: int) -> list:
         """Each rank plays its slice of the step's mazes."""
         chunks = split_evenly(list(mazes), self.workers)
         offsets = [sum(len(c) for c in chunks[:r]) for r in range(self.workers)]
-        self._refs = [a.generate.remote(chunks[r], step, offsets[r]) for r, a in enumerate(self.group.actors)]
-        return [ep for part in _get_all(self.group, self._refs, "generate") for ep in part]
+        refs = [a.generate.remote(chunks[r], step, offsets[r]) for r, a in enumerate(self.group.actors)]
+        episodes = [ep for part in _get_all(self.group, refs, "generate") for ep in part]
+        self._refs[id(episodes)] = refs
+        return episodes
 
     def update(self, episodes: list) -> dict[str, float]:
         """Every rank updates on the episodes it generated; metrics merged over ranks."""
-        refs = [a.update.remote(self._refs[r]) for r, a in enumerate(self.group.actors)]
+        ranks = self._refs.pop(id(episodes))
+        refs = [a.update.remote(ranks[r]) for r, a in enumerate(self.group.actors)]
         self._per_rank_update = _get_all(self.group, refs, "update")
         return merge_update_metrics(self._per_rank_update)
 

@@ -17,6 +17,7 @@ on the same schedule by construction, not by keeping two loops in step.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from runners.rollout.evaluate import (
     write_eval_records,
     write_json,
 )
-from runners.train.metrics import PhaseTimer, Progress, read_jsonl
+from runners.train.metrics import PhaseTimer, Progress, read_jsonl, rl_timing
 from runners.rollout.collect import rollout_metrics
 
 
@@ -72,6 +73,8 @@ class LoopState:
     """Worker-group rebuilds so far (Ray runner)."""
     record: dict[str, Any] | None = None
     """The metrics record of step ``step`` as its checkpoint saved it (without the checkpoint's own timing)."""
+    capped: dict[str, Any] | None = None
+    """Set when ``loop.max_minutes`` stopped the run before ``loop.steps``: the step reached, the plan, the cap."""
 
 
 def loop_state_from(saved: dict[str, Any]) -> LoopState:
@@ -238,6 +241,53 @@ def run_rl_loop(
     return finish_run(config, executor, state, after, final_step, run_dir, manager, metrics, t_start)
 
 
+class CollectAhead:
+    """Step ``step``'s rollouts, collected while the previous step's update runs (``loop.overlap_generation``).
+
+    With ``concurrent`` the collection runs on a background thread (torch releases the GIL inside its
+    kernels, so the update and the collection share two cores); otherwise it runs at once, before
+    the update, which gives the same data (the engine's weights change only at sync).
+    """
+
+    def __init__(self, executor: StepExecutor, mazes: list[Any], step: int, concurrent: bool):
+        self.step = step
+        self._started = time.perf_counter()
+        self._seconds = 0.0
+        self._episodes: list[Episode] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if concurrent:
+            self._thread = threading.Thread(target=self._run, args=(executor, mazes), name="collect-ahead", daemon=True)
+            self._thread.start()
+        else:
+            self._run(executor, mazes)
+
+    def _run(self, executor: StepExecutor, mazes: list[Any]) -> None:
+        try:
+            self._episodes = executor.generate(mazes, self.step)
+        except BaseException as exc:  # re-raised in the loop's thread by result()
+            self._error = exc
+        self._seconds = time.perf_counter() - self._started
+
+    def wait(self) -> None:
+        """Block until the collection has finished (its result, or its error, is kept)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def result(self) -> tuple[list[Episode], float]:
+        """(the episodes, seconds the collection took); re-raises the collection's error."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._episodes is not None
+        return self._episodes, self._seconds
+
+
+def checkpoint_due(config: Any, step: int) -> bool:
+    """Whether step ``step`` ends with a checkpoint by schedule (the last step always does)."""
+    return step >= config.loop.steps or bool(config.checkpoint.every and step % config.checkpoint.every == 0)
+
+
 def _run_steps(
     config: Any,
     executor: StepExecutor,
@@ -252,47 +302,77 @@ def _run_steps(
     last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
     deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
     ran, after, final_step = 0, None, config.loop.steps
-    while state.step < config.loop.steps:
-        step = state.step + 1
-        timer = PhaseTimer()
-        with timer.phase("generate"):
-            episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
-        with timer.phase("score"):
-            roll = rollout_metrics(episodes)
-        with timer.phase("update"):
-            upd = executor.update(episodes)
-        with timer.phase("sync"):
-            syn = executor.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
-        record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
-        done = step >= config.loop.steps or (deadline is not None and time.perf_counter() > deadline)
-        if done or (config.eval.every and step % config.eval.every == 0):
-            with timer.phase("eval"):
-                res = evaluate_and_record(executor, config.maze.eval_set, run_dir, step, "rl", metrics, grid=True)
-            last_eval = res["solve_rate"]
-            state.history.append({"step": step, "solve_rate": last_eval})
-            record.update(eval_fields(res))
+    ahead: CollectAhead | None = None
+    try:
+        while state.step < config.loop.steps:
+            step = state.step + 1
+            timer = PhaseTimer()
+            extra: dict[str, float] = {}
+            with timer.phase("generate"):
+                if ahead is not None and ahead.step == step:
+                    episodes, seconds = ahead.result()
+                    extra = {"time/generate_ahead": seconds, "rollout/staleness": 1.0}
+                else:
+                    episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
+                    extra = {"rollout/staleness": 0.0} if config.loop.overlap_generation else {}
+            ahead = None
+            stream_state = stream.state_dict()  # after this step's mazes: what a checkpoint of this step holds
+            if config.loop.overlap_generation and not checkpoint_due(config, step):
+                mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
+                ahead = CollectAhead(executor, mazes, step + 1, getattr(executor, "concurrent_generation", False))
+            with timer.phase("score"):
+                roll = rollout_metrics(episodes)
+            with timer.phase("update"):
+                upd = executor.update(episodes)
+            if ahead is not None:
+                with timer.phase("wait_ahead"):  # the engine's weights must not change under the collection
+                    ahead.wait()
+            with timer.phase("sync"):
+                syn = executor.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
+            record = {
+                **{f"rollout/{k}": v for k, v in roll.items()},
+                **{f"train/{k}": v for k, v in upd.items()},
+                **syn,
+                **extra,
+            }
+            capped = deadline is not None and time.perf_counter() > deadline and step < config.loop.steps
+            done = step >= config.loop.steps or capped
+            if capped:
+                record["loop/time_capped"] = 1.0
+            if done or (config.eval.every and step % config.eval.every == 0):
+                with timer.phase("eval"):
+                    res = evaluate_and_record(executor, config.maze.eval_set, run_dir, step, "rl", metrics, grid=True)
+                last_eval = res["solve_rate"]
+                state.history.append({"step": step, "solve_rate": last_eval})
+                record.update(eval_fields(res))
+                if done:
+                    after = res
+            if done or checkpoint_due(config, step):
+                # saved with the checkpoint: a kill before metrics.log loses nothing
+                unlogged = {**record, **timer.peek()}
+                with timer.phase("checkpoint"):
+                    executor.checkpoint(
+                        step,
+                        stream_state,
+                        {"before": state.before, "eval_history": state.history, "record": unlogged},
+                    )
+            timings = timer.pop()
+            record.update(timings)
+            record.update(executor.step_extras(step, record, timings, len(episodes)))
+            metrics.log(step, record, phase="rl")
+            state.step, state.stream = step, stream_state
+            progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
+            ran += 1
             if done:
-                after = res
-        if done or (config.checkpoint.every and step % config.checkpoint.every == 0):
-            unlogged = {**record, **timer.peek()}  # saved with the checkpoint: a kill before metrics.log loses nothing
-            with timer.phase("checkpoint"):
-                executor.checkpoint(
-                    step,
-                    stream.state_dict(),
-                    {"before": state.before, "eval_history": state.history, "record": unlogged},
-                )
-        timings = timer.pop()
-        record.update(timings)
-        record.update(executor.step_extras(step, record, timings, len(episodes)))
-        metrics.log(step, record, phase="rl")
-        state.step, state.stream = step, stream.state_dict()
-        progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
-        ran += 1
-        if done:
-            final_step = step
-            break
-        if stop_after is not None and ran >= stop_after:
-            return True, None, step
+                final_step = step
+                if capped:
+                    state.capped = {"step": step, "planned": config.loop.steps, "minutes": config.loop.max_minutes}
+                break
+            if stop_after is not None and ran >= stop_after:
+                return True, None, step
+    finally:
+        if ahead is not None:  # a run that stops (done by the cap, interrupted, failed) drops the collection
+            ahead.wait()
     return False, after, final_step
 
 
@@ -319,6 +399,9 @@ def finish_run(
         name: evaluate_and_record(executor, name, run_dir, final_step, "heldout") for name in config.maze.heldout_sets
     }
     seconds = time.perf_counter() - t_start
+    path = getattr(metrics, "jsonl_path", None)
+    records = read_jsonl(path, "rl") if path is not None and Path(path).is_file() else []
+    timing = rl_timing([r for r in records if r.get("step", 0) <= final_step])
     extra_results, extra_artifacts = executor.results_extras()
     results = {
         "eval_set": config.maze.eval_set,
@@ -326,7 +409,10 @@ def finish_run(
         "after_rl": after,
         "heldout": heldout,
         "rl_steps": final_step,
+        "planned_rl_steps": config.loop.steps,
+        "stopped_by_time_cap": state.capped,
         "seconds": seconds,
+        "timing": timing,
         "eval_history": state.history,
         **extra_results,
     }
@@ -337,8 +423,20 @@ def finish_run(
             final["eval_solve_rate_before"] = state.before["solve_rate"]
         metrics.log_hparams(_hparams(config), final)
     table = case_study_table(state.before, after, config.maze.eval_set)
+    if state.capped:
+        table = (
+            f"STOPPED BY THE TIME CAP (loop.max_minutes={state.capped['minutes']:g}) at RL step {final_step} of "
+            f"{state.capped['planned']} planned: this machine ran slower than the recipe assumes, and the result "
+            "below is of fewer steps than the recipe's\n\n" + table
+        )
     if heldout:
         table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)
+    if timing.get("rl_steps_per_s"):
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in timing["phase_mean_seconds"].items() if v >= 0.005)
+        table += (
+            f"\n\nRL: {timing['rl_steps']} steps in {timing['rl_seconds'] / 60:.1f} min = "
+            f"{timing['rl_steps_per_s']:.3f} steps/s; mean seconds per step by phase: {phases}"
+        )
     artifacts = {
         "run_dir": str(run_dir),
         **extra_artifacts,

@@ -238,6 +238,27 @@ def read_jsonl(path: str | Path, phase: str | None = None) -> list[dict]:
     return records
 
 
+BACKGROUND_PHASES = frozenset({"time/generate_ahead"})
+"""Phase timings that ran beside the others (``loop.overlap_generation``): not part of a step's wall time."""
+
+
+def rl_timing(records: list[dict]) -> dict[str, Any]:
+    """Steps/s and the mean seconds of each phase over RL metric records (``time/*`` keys), for results files."""
+    if not records:
+        return {"rl_steps": 0}
+    phases = sorted({k for r in records for k in r if k.startswith("time/")})
+    walls = [sum(v for k, v in r.items() if k.startswith("time/") and k not in BACKGROUND_PHASES) for r in records]
+    total = sum(walls)
+    return {
+        "rl_steps": len(records),
+        "rl_seconds": round(total, 2),
+        "rl_steps_per_s": round(len(records) / total, 4) if total > 0 else None,
+        "phase_mean_seconds": {
+            k.removeprefix("time/"): round(sum(r.get(k, 0.0) for r in records) / len(records), 4) for k in phases
+        },
+    }
+
+
 class Progress:
     """A progress bar with ETA and the latest solve rate (tqdm; silent when disabled)."""
 

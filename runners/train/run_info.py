@@ -42,8 +42,9 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def record_invocation(run_dir: str | Path, command: str | None) -> Path:
-    """Append this invocation (command, start time, host, package versions) to ``run_dir/run_info.json``, atomically."""
+def record_invocation(run_dir: str | Path, command: str | None, calibration: dict | None = None) -> Path:
+    """Append this invocation (command, start time, host, package versions, the machine's calibration
+    figure when measured: :func:`runners.train.calibration.calibrate`) to ``run_dir/run_info.json``, atomically."""
     path = Path(run_dir) / RUN_INFO
     try:
         info = json.loads(path.read_text())
@@ -56,6 +57,7 @@ def record_invocation(run_dir: str | Path, command: str | None) -> Path:
             "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "host": platform.node(),
             "versions": package_versions(),
+            **({"calibration": calibration} if calibration else {}),
         }
     )
     return atomic.write_json(path, {"invocations": invocations})

@@ -66,7 +66,13 @@ def to_pil(image: Any):
 
 def pixel_inputs(image_processor, images: list[Any]) -> dict:
     """Run the image processor on ``images``: ``{"pixel_values", "image_grid_thw"}`` torch tensors."""
-    return dict(image_processor(images=[to_pil(im) for im in images], return_tensors="pt"))
+    if getattr(image_processor, "accepts_arrays", False):
+        from algos.policies.lm import is_rgb_frame
+
+        images = [im if is_rgb_frame(im) else to_pil(im) for im in images]
+    else:
+        images = [to_pil(im) for im in images]
+    return dict(image_processor(images=images, return_tensors="pt"))
 
 
 def images_in(messages: list[dict]) -> list[Any]:

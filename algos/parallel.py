@@ -1,0 +1,92 @@
+"""Data parallelism across the threads of one process: an update's micro-batches on copies of the policy.
+
+A tiny model's forward and backward are many small kernels: torch's own intra-op threads split
+each kernel and wait at a barrier after it, which on a 2-core machine whose other core is busy is
+slower than one thread (measured in ``benchmarks/profile_step.py``). Here each thread instead runs
+whole micro-batches on its own copy of the policy (torch releases the GIL inside its kernels), the
+copies' gradients are added to the policy's in a fixed order before the clip, and the optimizer
+step's new weights are copied back into them. On a busy machine the threads simply share the core
+that is free; the result is the same either way, bit for bit, because every part's arithmetic and
+the order of the sums depend only on the number of threads.
+
+Used as an :class:`algos.base.Strategy`: ``algorithm.strategy = ThreadReplicas(policy, 2)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import torch
+
+from algos.base import Algorithm, Strategy
+
+
+class ThreadReplicas(Strategy):
+    """Run an update's micro-batches on ``threads`` copies of the policy, one thread each (see the module docstring)."""
+
+    def __init__(self, policy: Any, threads: int):
+        if threads < 2:
+            raise ValueError(f"ThreadReplicas needs threads >= 2, got {threads} (the default Strategy is one thread)")
+        self.threads = int(threads)
+        self.replicas = [copy.deepcopy(policy) for _ in range(self.threads - 1)]
+        self.pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="update-replica")
+
+    def parts(self, rows: torch.Tensor, micro: int) -> list[torch.Tensor]:
+        """Near-equal contiguous parts, at least one per thread and none larger than ``micro`` rows."""
+        count = max(self.threads, math.ceil(len(rows) / max(micro, 1)))
+        count = self.threads * math.ceil(count / self.threads)  # every thread gets as many parts
+        return [part for part in torch.tensor_split(rows, count) if len(part)]
+
+    def map_parts(self, algorithm: Algorithm, fn: Callable[[Any, Any], Any], parts: Sequence[Any]) -> list[Any]:
+        """Part ``i`` on copy ``i % threads`` (copy 0 is the policy itself, in the calling thread); results in order."""
+        policies = [algorithm.policy, *self.replicas]
+        grad_enabled = torch.is_grad_enabled()  # grad mode is per thread: the workers take the caller's
+
+        def run(k: int) -> list[tuple[int, Any]]:
+            with torch.set_grad_enabled(grad_enabled):
+                return [(i, fn(policies[k], parts[i])) for i in range(k, len(parts), self.threads)]
+
+        futures = [self.pool.submit(run, k) for k in range(1, self.threads)]
+        try:
+            results = dict(run(0))
+        finally:
+            done = [f.result() for f in futures]  # wait for every thread, even when this one failed
+        for part in done:
+            results.update(part)
+        return [results[i] for i in range(len(parts))]
+
+    def clip_gradients(self, algorithm: Algorithm) -> float:
+        """Add the copies' gradients to the policy's (copy 1, 2, ... in order), then clip as one process would."""
+        main = list(algorithm.policy.trainable_parameters())
+        for replica in self.replicas:
+            for p, q in zip(main, replica.trainable_parameters()):
+                if q.grad is None:
+                    continue
+                if p.grad is None:
+                    p.grad = q.grad.clone()
+                else:
+                    p.grad.add_(q.grad)
+                q.grad = None
+        return super().clip_gradients(algorithm)
+
+    @torch.no_grad()
+    def _copy_weights(self, algorithm: Algorithm) -> None:
+        main = list(algorithm.policy.trainable_parameters())
+        for replica in self.replicas:
+            theirs = list(replica.trainable_parameters())
+            if len(theirs) != len(main):
+                raise RuntimeError("a policy copy lost track of the policy's trainable parameters")
+            for p, q in zip(main, theirs):
+                q.copy_(p)
+                q.grad = None
+
+    def begin_update(self, algorithm: Algorithm) -> None:
+        """Copy the policy's trainable weights into every copy (they may have been loaded from a checkpoint)."""
+        self._copy_weights(algorithm)
+
+    def after_step(self, algorithm: Algorithm) -> None:
+        """Copy the optimizer step's new weights into every copy."""
+        self._copy_weights(algorithm)
