@@ -42,6 +42,7 @@ ALGO_OVERRIDES = {"ppo": ["algo.filter_zero_variance=false"], "dapo": ["algo.fil
 PRESET_ALGO_OVERRIDES = {
     ("cpu-maze-vlm", "ppo"): [
         "rollout.branching=false",
+        "loop.overlap_generation=false",
         "algo.skip_zero_advantage=false",
         "algo.filter_zero_variance=false",
         "loop.mazes_per_step=8",

@@ -4,13 +4,16 @@
 (``mazegym/data/eval_<name>.json``: every grid, start and goal) so they never change, even if a
 generator changes. The sets named after an env id (``VisMaze-v0``, ``VisMaze-Hard-v0``) are the case
 study's fixed 64-maze set per preset; the ``heldout-<n>x<n>`` sets hold other sizes for generalisation
-studies. They were generated once with::
+studies; ``fresh-9x9`` holds 1000 more 9x9 mazes of ``VisMaze-v0``, from its reserved seeds 1,000,000
+on, none of them in another set, so a policy that solves the fixed 64 can be shown to solve mazes, not
+those 64 pictures. They were generated once with::
 
     python -m mazegym.evalsets --regenerate
 
 which plays the *reserved seeds* 0, 1, 2, ... of each set's env (``env.reset(seed=i)``, as
 the case study's SkyRL eval set used ``seed=i`` for i < 64) and keeps the first 64 distinct mazes
-whose optimal path fits the move limit (an unsolvable maze measures nothing; 7x7 has only
+whose optimal path fits the move limit (``python -m mazegym.evalsets --regenerate --only NAME`` for
+one set; an unsolvable maze measures nothing; 7x7 has only
 768 distinct corner-to-corner mazes, so repeats do occur there). ``--check`` says whether
 today's generators still reproduce the stored sets.
 Each set's hash is pinned in :data:`EVAL_SETS`: loading refuses a file that does not match

@@ -162,7 +162,7 @@ def build_training(
     params.setdefault("seed", config.loop.seed)
     params["episode_mean"] = config.algo.episode_mean
     algorithm = algos.make(config.algo.name, policy, **params)
-    if config.loop.update_threads > 1:
+    if config.loop.update_threads > 1 and config.model.device == "cpu":
         from algos.parallel import ThreadReplicas
 
         algorithm.strategy = ThreadReplicas(policy, config.loop.update_threads)

@@ -33,7 +33,8 @@ DOC = ROOT / "docs" / "algorithms.md"
 MEASURED = ROOT / "docs" / "assets" / "algo_table_cpu-maze-vlm.json"
 """The default preset's algorithm table, as ``benchmarks/algo_table.py --publish`` writes it."""
 DEFAULT_PRESET_NEEDS = {
-    "ppo": "rollout.branching=false algo.skip_zero_advantage=false algo.filter_zero_variance=false",
+    "ppo": "rollout.branching=false loop.overlap_generation=false algo.skip_zero_advantage=false "
+    "algo.filter_zero_variance=false",
 }
 """Settings the default preset's validation asks for before it accepts the algorithm."""
 

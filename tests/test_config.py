@@ -93,9 +93,12 @@ def test_ppo_is_accepted_on_the_language_model_presets(preset, runner):
     # the LM policies get a value head for ppo (algos.policies.lm.ValueHead), so nothing refuses it
     ppo = ["algo.name=ppo", "algo.vf_clip=0.2", f"runner.kind={runner}"]
     if get_preset(preset).rollout.branching:  # a critic needs whole plays, not branches: the error says so
-        with pytest.raises(C.ConfigError, match="set rollout.branching=false algo.skip_zero_advantage=false for it"):
+        fix = "rollout.branching=false algo.skip_zero_advantage=false loop.overlap_generation=false"
+        with pytest.raises(C.ConfigError, match=f"set {fix} for it"):
             C.validate(C.apply_overrides(get_preset(preset), ppo))
-        ppo += ["rollout.branching=false", "algo.skip_zero_advantage=false"]
+        ppo += fix.split()
+    if runner == "ray" and get_preset(preset).loop.update_threads > 1:  # the Ray runner's parallelism is workers
+        ppo += ["loop.update_threads=1"]
     cfg = C.apply_overrides(get_preset(preset), ppo)
     C.validate(cfg)
     assert cfg.algo.name == "ppo" and cfg.algo.params["vf_clip"] == 0.2

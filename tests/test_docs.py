@@ -42,7 +42,7 @@ def test_envs_page_matches_the_code():
         assert env_id in gym.registry and f"| `{env_id}` |" in page
     assert "| `VisMaze-v0` | 9x9 | 20 | 225x225 px |" in page
     for name, info in EVAL_SETS.items():
-        assert f"| `{name}` | `{info.env_id}` | {info.size}x{info.size} | {info.max_moves} | 64 |" in page
+        assert f"| `{name}` | `{info.env_id}` | {info.size}x{info.size} | {info.max_moves} | {info.count} |" in page
     assert "`Discrete(4)` (`Discrete(5)` with `require_stop=True`)" in page
     for section in (
         "Description",

@@ -311,6 +311,7 @@ def _maze_vlm(run_dir, model, *overrides):
             "eval.before_rl=false",
             "maze.heldout_sets=[]",
             "checkpoint.every=1",
+            "loop.update_threads=1",
             *overrides,
         ],
     )
@@ -319,6 +320,7 @@ def _maze_vlm(run_dir, model, *overrides):
 PPO_ON_PLAYS = (
     "algo.name=ppo",
     "rollout.branching=false",
+    "loop.overlap_generation=false",
     "algo.skip_zero_advantage=false",
     "algo.filter_zero_variance=false",
     "loop.mazes_per_step=3",

@@ -39,6 +39,7 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         )
     if config.rollout.branching and algos.get(config.algo.name).needs_value_head:
         also = " algo.skip_zero_advantage=false" if config.algo.params.get("skip_zero_advantage") else ""
+        also += " loop.overlap_generation=false" if config.loop.overlap_generation else ""
         raise ConfigError(
             f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
             f"trains a critic over whole plays: set rollout.branching=false{also} for it, or use a "

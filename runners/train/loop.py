@@ -311,11 +311,13 @@ def _run_steps(
             with timer.phase("generate"):
                 if ahead is not None and ahead.step == step:
                     episodes, seconds = ahead.result()
-                    extra = {"time/generate_ahead": seconds, "rollout/staleness": 1.0}
+                    extra = {"time/generate_ahead": seconds}
                 else:
                     episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
-                    extra = {"rollout/staleness": 0.0} if config.loop.overlap_generation else {}
             ahead = None
+            versions = [e.weights_version for e in episodes if e.weights_version is not None]
+            if versions:  # updates the rollouts' weights are behind the policy about to train on them
+                extra["rollout/staleness"] = float(step - 1 - min(versions))
             stream_state = stream.state_dict()  # after this step's mazes: what a checkpoint of this step holds
             if config.loop.overlap_generation and not checkpoint_due(config, step):
                 mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-PHASES = ("generate", "score", "update", "sync", "eval", "checkpoint")
+PHASES = ("generate", "generate_ahead", "score", "update", "wait_ahead", "sync", "eval", "checkpoint")
 """The phases of one RL step that are timed."""
 
 COLLAPSE_KEYS = (
