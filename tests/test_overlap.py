@@ -88,7 +88,10 @@ def test_overlap_off_is_on_policy_and_differs(tmp_path, sft_model):
     on = tmp_path / "on"
     train(_config(on, sft_model, "loop.steps=2", "checkpoint.every=0"), log=lambda m: None)
     off = tmp_path / "off"
-    train(_config(off, sft_model, "loop.steps=2", "checkpoint.every=0", "loop.overlap_generation=false"), log=lambda m: None)
+    train(
+        _config(off, sft_model, "loop.steps=2", "checkpoint.every=0", "loop.overlap_generation=false"),
+        log=lambda m: None,
+    )
     a, b = _rl_records(on), _rl_records(off)
     assert a[1] == b[1]  # step 1 is collected on-policy either way
     # the staleness is read from the episodes' weights versions: step 2 came from the start's weights
