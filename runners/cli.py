@@ -308,6 +308,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def print_plan(config) -> int:
     """--dry-run: validate without loading a model or needing a GPU, then print the resolved plan."""
+    from mazegym.evalsets import EVAL_SETS
     from runners.config import describe_fields, validate
 
     problems = []
@@ -337,7 +338,10 @@ def print_plan(config) -> int:
         f" ({config.model.dtype} on {config.model.device})",
         "  stages       "
         + (
-            "SFT (" + config.sft.mode + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
+            "SFT ("
+            + (f"vision pretraining {config.sft.vision_steps} steps, then " if config.sft.vision_steps else "")
+            + config.sft.mode
+            + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
             if config.sft.enabled != "never"
             else "no SFT (model.path is the start) -> "
         )
@@ -350,9 +354,24 @@ def print_plan(config) -> int:
             else ""
         ),
         f"  algorithm    {config.algo.name} {json.dumps(config.algo.params)}",
-        f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= "
-        f"{r.max_moves} turns each,"
-        f" obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
+        (
+            f"  per step     {loop.mazes_per_step} mazes, every open cell of each a group of 4 one-move branches "
+            f"(~{loop.mazes_per_step * ((config.maze.size - 1) ** 2 // 2 - 2)} cells in "
+            f"{config.maze.size}x{config.maze.size} perfect mazes), "
+            f"each move valued by the policy's greedy walk and {r.branch_samples} sampled walks after it"
+            if r.branching
+            else f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= "
+            f"{r.max_moves} turns each"
+        )
+        + f", obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
+        f"  loop         {loop.steps} RL steps decide the result"
+        + (f" (a {loop.max_minutes:g}-minute cap is the safety net)" if loop.max_minutes > 0 else "")
+        + (
+            "; the next step's rollouts are collected beside each update (one step stale, never across a checkpoint)"
+            if loop.overlap_generation
+            else ""
+        )
+        + (f"; the update runs on {loop.update_threads} threads" if loop.update_threads > 1 else ""),
         f"  generation   engine {loop.engine}"
         + (
             f", vLLM gpu_memory_utilization {config.runner.vllm_gpu_memory_utilization}"
@@ -365,7 +384,8 @@ def print_plan(config) -> int:
             if config.runner.kind == "ray"
             else ""
         ),
-        f"  eval         greedy on {config.maze.eval_set} (64 fixed {config.maze.size}x{config.maze.size} "
+        f"  eval         greedy on {config.maze.eval_set} ({EVAL_SETS[config.maze.eval_set].count} fixed "
+        f"{config.maze.size}x{config.maze.size} "
         f"mazes) every {config.eval.every} steps"
         + (f"; held-out: {', '.join(config.maze.heldout_sets)}" if config.maze.heldout_sets else ""),
         f"  checkpoints  every {config.checkpoint.every} steps + final, keep {config.checkpoint.keep}, "

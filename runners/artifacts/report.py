@@ -345,6 +345,27 @@ def _timings(data: RunData) -> str:
                 if k.startswith("time/") and _number(v):
                     totals[k] = totals.get(k, 0.0) + float(v)
     rows += [(f"sum of {k}", f"{v:.1f} s") for k, v in sorted(totals.items())]
+    timing = (data.results or {}).get("timing")
+    if isinstance(timing, dict) and _number(timing.get("rl_steps_per_s")):
+        rows.append(
+            (
+                "RL steps/s (eval_results.json)",
+                f"{timing['rl_steps_per_s']:.3f} over {timing.get('rl_steps', '?')} steps",
+            )
+        )
+        means = timing.get("phase_mean_seconds")
+        if isinstance(means, dict):
+            rows += [(f"mean {k} per step", f"{v:.2f} s") for k, v in means.items() if _number(v)]
+    for i, invocation in enumerate((data.run_info or {}).get("invocations") or []):
+        cal = invocation.get("calibration") if isinstance(invocation, dict) else None
+        if isinstance(cal, dict) and _number(cal.get("units_per_s")):
+            rows.append(
+                (
+                    f"machine calibration, invocation {i + 1} (run_info.json)",
+                    f"{cal['units_per_s']:.2f} units/s ({cal.get('unit', '?')}); {cal.get('cpus', '?')} CPUs, "
+                    f"load average {cal.get('load_avg_1m', '?')} at the start",
+                )
+            )
     if data.results and isinstance(data.results.get("seconds"), (int, float)):
         rows.append(("last invocation, wall clock (eval_results.json)", f"{data.results['seconds']:.1f} s"))
     if not rows:
@@ -391,6 +412,13 @@ def render_html(data: RunData, replays: int = 3) -> str:
     head = f"<h1>mazegym run report: {_esc(data.run_dir.name)}</h1><p>Run directory <code>{_esc(data.run_dir)}</code>"
     head += f", preset <b>{_esc(name)}</b>" if name else ""
     head += f"; written {_esc(time.strftime('%Y-%m-%d %H:%M'))}.</p>"
+    capped = results.get("stopped_by_time_cap")
+    if isinstance(capped, dict):
+        head += (
+            f'<div class="note"><b>Stopped by the time cap</b> (loop.max_minutes={_esc(capped.get("minutes"))}) at RL '
+            f"step {_esc(capped.get('step'))} of {_esc(capped.get('planned'))} planned: the result below is of fewer "
+            "steps than the recipe's.</div>"
+        )
     if results.get("after_rl"):
         head += (
             f"<p>Solve rate on <b>{_esc(results.get('eval_set'))}</b>: before RL {_rate(results.get('before_rl'))}"

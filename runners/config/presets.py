@@ -17,8 +17,11 @@
   positive-only reinforcement (``algo.negative_weight=0``; the turns left with a zero advantage
   are skipped, ``algo.skip_zero_advantage=true``, and so are cells whose best move the policy
   already writes with probability >= 0.9, ``rollout.branch_settled=0.9``), 3 passes over each step's
-  turns (``algo.epochs=3``), lr 1e-3, 120 RL steps (about 10 minutes on 2 cores; stopped at 15 minutes
-  on a slower machine). Its measured lift is in the README ("The main job").
+  turns (``algo.epochs=3``), lr 1e-3 decaying linearly to 1e-4 over the 120 RL steps. The step budget
+  decides the result; the 40-minute cap (``loop.max_minutes``) is only a safety net. Both cores work:
+  each step's rollouts are collected while the previous step's update runs
+  (``loop.overlap_generation``), and the update runs on two threads (``loop.update_threads=2``). Its
+  measured lift is in the README ("The main job").
 * ``cpu-tiny-vlm``: the text recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,
@@ -41,7 +44,7 @@ DEFAULT_PRESET = "cpu-maze-vlm"
 
 
 def cpu_tiny() -> TrainConfig:
-    """The CPU default main job: tiny text LM on 7x7 ASCII mazes, SFT then LoRA GRPO (see module docstring)."""
+    """The text contrast: a tiny text LM on 7x7 ASCII mazes, SFT then LoRA GRPO (see the module docstring)."""
     return apply_overrides(
         TrainConfig(run_dir="runs/cpu-tiny", preset="cpu-tiny"),
         [
@@ -92,7 +95,7 @@ def cpu_tiny_vlm() -> TrainConfig:
 
 
 def cpu_maze_vlm() -> TrainConfig:
-    """The case study in miniature: MazeVLM on VisMaze-v0 images, SFT then LoRA GiGPO (see the module docstring)."""
+    """The case study in miniature: MazeVLM on VisMaze-v0 images, SFT then LoRA GRPO (see the module docstring)."""
     return apply_overrides(
         TrainConfig(run_dir="runs/cpu-maze-vlm", preset="cpu-maze-vlm"),
         [
@@ -138,6 +141,8 @@ def cpu_maze_vlm() -> TrainConfig:
             "algo.filter_zero_variance=true",
             "algo.episode_mean=true",
             "algo.epochs=3",
+            "algo.decay_updates=120",
+            "algo.final_lr_ratio=0.1",
             "loop.steps=120",
             "loop.mazes_per_step=64",
             "loop.num_threads=1",
