@@ -2,14 +2,14 @@
 
 This is ``mazegym train`` without the command line: the ``cpu-maze-vlm`` preset (a recurrent
 conv vision encoder -> projector -> one-layer Qwen2 decoder, on VisMaze-v0's images and its
-fixed 64 mazes), with a shorter RL budget. ``--preset cpu-tiny`` runs the text LM on ASCII
+fixed 64 mazes), with a shorter RL budget: 60 steps instead of 120 (budgets are steps, not minutes,
+so a slower machine runs the same recipe, only slower). ``--preset cpu-tiny`` runs the text LM on ASCII
 mazes instead: the honest contrast, a small transformer that barely moves. Afterwards,
 ``mazegym report RUN_DIR`` turns the run into one HTML page::
 
-    python examples/10_train_from_python.py [--rl-minutes 5] [--preset cpu-tiny] [--run-dir DIR]
+    python examples/10_train_from_python.py [--rl-steps N] [--preset cpu-tiny] [--run-dir DIR]
 
-About 7 minutes on 2 CPU cores with the defaults (vision pretraining and SFT ~2, RL 5 of the main
-job's ~10).
+About 5 minutes on 2 CPU cores with the defaults (vision pretraining and SFT ~1.5, RL ~3.5).
 """
 
 import argparse
@@ -53,15 +53,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cpu-maze-vlm", help="cpu-maze-vlm (the default VLM) or cpu-tiny (text LM)")
     parser.add_argument("--run-dir", default="runs/example-10", help="where the run's artifacts go")
-    parser.add_argument("--rl-minutes", type=float, default=5.0, help="wall-clock budget of the RL stage")
+    parser.add_argument("--rl-steps", type=int, default=None, help="RL steps (default: half the preset's)")
     parser.add_argument("--out", default="examples/out", help="where the curve PNG goes")
     parser.add_argument("--smoke", action="store_true", help="a seconds-long run (CI)")
     args = parser.parse_args()
 
     config = get_preset(args.preset)
-    apply_overrides(
-        config, [f"run_dir={args.run_dir}", f"loop.max_minutes={args.rl_minutes}"] + (SMOKE if args.smoke else [])
-    )
+    args.rl_steps = args.rl_steps or max(1, config.loop.steps // 2)
+    apply_overrides(config, [f"run_dir={args.run_dir}", f"loop.steps={args.rl_steps}"] + (SMOKE if args.smoke else []))
     validate(config)  # fails fast, naming the field, on a bad config
     result = train(config)  # vision pretraining + SFT (if missing) -> GRPO -> evals -> checkpoints
     print(report(result))  # the case-study table: before and after RL on the fixed 64

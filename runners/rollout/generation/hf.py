@@ -203,7 +203,7 @@ class HFGenerator:
         for start in range(0, len(prompts), max_prompts):
             chunk = prompts[start : start + max_prompts]
             inputs = self._batch_inputs(chunk)
-            first = self.model(**inputs, use_cache=True)
+            first = self.model(**inputs, use_cache=True, logits_to_keep=1)  # only the last position is read
             cache = first.past_key_values
             cache.batch_repeat_interleave(k)
             ids = reply_ids.repeat(len(chunk), 1).to(self.device)
