@@ -29,7 +29,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-import algos.models  # noqa: F401  (registers mazegym's own models with the transformers Auto classes)
+import algos.models  # registers mazegym's own models with the transformers Auto classes; refuse_remote_code
 from algos.data import Turn
 from algos.lora import LoRAConfig
 from algos.policy import PolicyOutput
@@ -208,15 +208,18 @@ class LoRALMPolicy:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a model directory (no config.json); pass a local path")
-        config = transformers.AutoConfig.from_pretrained(path)
+        algos.models.refuse_remote_code(path)
+        config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=False)
         is_vlm = hasattr(config, "vision_config")
         auto = transformers.AutoModelForImageTextToText if is_vlm else transformers.AutoModelForCausalLM
-        model = auto.from_pretrained(path, dtype=dtype).to(device)
+        model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=False).to(device)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable()
             model.enable_input_require_grads()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-        image_processor = transformers.AutoImageProcessor.from_pretrained(path) if is_vlm else None
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        image_processor = (
+            transformers.AutoImageProcessor.from_pretrained(path, trust_remote_code=False) if is_vlm else None
+        )
         policy = cls(model, lora, tokenizer=tokenizer, image_processor=image_processor, **kwargs)
         if adapter is not None:  # a starting adapter (e.g. from LoRA SFT) may predate the critic
             policy.load_adapter(adapter, critic_optional=True)

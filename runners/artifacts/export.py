@@ -120,15 +120,18 @@ def _merge(base: Path, adapter: Path, target: Path) -> None:
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
+    from algos.models import refuse_remote_code
+
+    refuse_remote_code(base)
     auto = (
         AutoModelForImageTextToText
-        if hasattr(AutoConfig.from_pretrained(base), "vision_config")
+        if hasattr(AutoConfig.from_pretrained(base, trust_remote_code=False), "vision_config")
         else AutoModelForCausalLM
     )
-    model = auto.from_pretrained(str(base), dtype=torch.float32)
+    model = auto.from_pretrained(str(base), dtype=torch.float32, trust_remote_code=False)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     model.save_pretrained(str(target), safe_serialization=True)
-    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(target))
+    AutoTokenizer.from_pretrained(str(base), trust_remote_code=False).save_pretrained(str(target))
     for extra in ("preprocessor_config.json", "generation_config.json"):
         if (base / extra).is_file():
             shutil.copy(base / extra, target / extra)

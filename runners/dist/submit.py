@@ -236,21 +236,43 @@ def staged_working_dir(cfg: SubmitConfig) -> Iterator[SubmitConfig]:
         yield replace(cfg, working_dir=staging)
 
 
+def parse_address(address: str) -> tuple[str, str]:
+    """``(scheme, host)`` of a Jobs API address, as the HTTP client that will connect reads it.
+
+    Python's ``urlsplit`` and urllib3 (under requests, Ray's client) disagree on some strings:
+    for ``http://evil.example\\@127.0.0.1:8265`` the first reads host 127.0.0.1 and the second
+    connects to evil.example. Backslashes, whitespace, control characters and user info have no
+    place in a cluster address, so they are refused (``ValueError``), and so is any address whose
+    host the two parsers read differently.
+    """
+    url = address if "://" in address else f"http://{address}"
+    bad = sorted({repr(c) for c in url if c == "\\" or c.isspace() or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise ValueError(f"--address {address!r} contains {', '.join(bad)}: not a cluster address")
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        raise ValueError(f"--address {address!r} holds user info (before '@'): give the host and port only")
+    from urllib3.util import parse_url
+
+    theirs = (parse_url(url).host or "").lower().strip("[]")
+    host = (parts.hostname or "").lower()
+    if theirs != host:
+        raise ValueError(f"--address {address!r} is read as host {host!r} here but {theirs!r} by the HTTP client")
+    return parts.scheme, host
+
+
 def check_token_transport(address: str, token: str | None) -> None:
     """Refuse (``ValueError``) to send ``token`` over plain http to a host other than this machine."""
-    if not token:
+    scheme, host = parse_address(address)
+    if not token or scheme == "https":
         return
-    parts = urlsplit(address if "://" in address else f"http://{address}")
-    if parts.scheme == "https":
-        return
-    host = (parts.hostname or "").lower()
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
     if not loopback:
         raise ValueError(
-            f"refusing to send the Ray auth token in clear text over {parts.scheme}:// to {host!r}; "
+            f"refusing to send the Ray auth token in clear text over {scheme}:// to {host!r}; "
             f"use an https:// address, or tunnel the dashboard port to 127.0.0.1"
         )
 

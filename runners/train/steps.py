@@ -71,7 +71,7 @@ def vision_placeholder_ids(model_dir: Path) -> set[int]:
     """Token ids a VLM reserves for image/video inputs (empty for text models)."""
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(str(model_dir))
+    config = transformers.AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
     return {
         int(i)
         for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))

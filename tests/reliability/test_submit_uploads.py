@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from urllib.parse import urlsplit
 
 from runners.dist import submit
 
@@ -110,6 +111,29 @@ def test_token_is_never_sent_in_clear_text_to_another_host(address):
 def test_token_may_go_to_loopback_or_over_https(address):
     submit.check_token_transport(address, "tok")
     submit.check_token_transport("http://10.0.0.5:8265", None)  # no token, nothing to protect
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "http://evil.example\\@127.0.0.1:8265",
+        "http://evil.example@127.0.0.1:8265",
+        "http://user:pw@127.0.0.1:8265",
+        "http://127.0.0.1 .evil.example:8265",
+        "http://127.0.0.1:8265\n",
+        "http://127.0.0.1\t:8265",
+    ],
+)
+def test_addresses_the_http_client_reads_otherwise_are_refused(address):
+    """urlsplit and urllib3 (requests, Ray's Jobs client) must agree on the host before a token is sent."""
+    from urllib3.util import parse_url
+
+    if "\\" in address:  # the attack: this check's parser sees loopback, the real client another host
+        assert urlsplit(address).hostname == "127.0.0.1" and parse_url(address).host == "evil.example"
+    with pytest.raises(ValueError, match="not a cluster address|user info|HTTP client"):
+        submit.check_token_transport(address, "tok")
+    with pytest.raises(ValueError):
+        submit.make_client(address, "tok")
 
 
 def test_links_to_secrets_or_outside_files_are_never_uploaded(checkout, tmp_path):

@@ -22,7 +22,7 @@ def _expected_keys(model_path: str, adapter_config: str) -> frozenset[str]:
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    config = AutoConfig.from_pretrained(model_path)
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
     cls = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
     with torch.device("meta"):
         model = cls.from_config(config)

@@ -30,7 +30,10 @@ def load_tokenizer(model_path: str | Path):
         raise FileNotFoundError(
             f"no model at {path} (config.json missing); build one with runners.tiny or pass a local checkpoint dir"
         )
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    from algos.models import refuse_remote_code
+
+    refuse_remote_code(path)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -44,14 +47,14 @@ def load_image_processor(model_path: str | Path):
         return None
     from transformers import AutoImageProcessor
 
-    return AutoImageProcessor.from_pretrained(str(path))
+    return AutoImageProcessor.from_pretrained(str(path), trust_remote_code=False)
 
 
 def image_token_id_of(model_path: str | Path) -> int | None:
     """The id of the image placeholder token from the model config (``None`` for text models)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(model_path))
+    config = AutoConfig.from_pretrained(str(model_path), trust_remote_code=False)
     return getattr(config, "image_token_id", None)
 
 

@@ -109,7 +109,11 @@ class PromptEmbedder:
     def __init__(self, model_path: str | Path, image_processor: Any, image_token_id: int, device: str = "cpu"):
         from transformers import AutoModelForImageTextToText
 
-        self.model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
+        self.model = (
+            AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32, trust_remote_code=False)
+            .to(device)
+            .eval()
+        )
         self.image_processor = image_processor
         self.image_token_id = int(image_token_id)
         self.device = device
