@@ -230,7 +230,9 @@ def _esc(value: Any) -> str:
 def _rate(summary: dict[str, Any] | None) -> str:
     if not summary:
         return "n/a"
-    return f"{100 * summary.get('solve_rate', 0.0):.2f}% ({summary.get('solved', '?')}/{summary.get('episodes', '?')})"
+    rate = summary.get("solve_rate", 0.0)
+    rate = f"{100 * rate:.2f}%" if _number(rate) else _esc(rate)
+    return f"{rate} ({_esc(summary.get('solved', '?'))}/{_esc(summary.get('episodes', '?'))})"
 
 
 def _eval_grid(evaluation: dict[str, Any], specs: Sequence[Any]) -> str:
@@ -243,7 +245,7 @@ def _eval_grid(evaluation: dict[str, Any], specs: Sequence[Any]) -> str:
         rec = by_index.get(i)
         solved = None if rec is None else bool(rec["success"])
         mark = "not played" if rec is None else ("&#10003; solved" if solved else "&#10007; failed")
-        moves = "" if rec is None else f"<br>{rec['moves']} / {rec['optimal_moves']} moves"
+        moves = "" if rec is None else f"<br>{_esc(rec.get('moves'))} / {_esc(rec.get('optimal_moves'))} moves"
         cls = "" if rec is None else ("ok" if solved else "bad")
         cells.append(
             f'<div class="cell"><img alt="maze {i}: {mark}" src="{_png(maze_thumbnail(spec, solved))}">'
@@ -256,7 +258,11 @@ def _replays(evaluation: dict[str, Any], specs: Sequence[Any], per_outcome: int)
     """GIF replays of the first ``per_outcome`` solved and failed mazes of an evaluation."""
     parts = []
     for solved in (True, False):
-        chosen = [r for r in evaluation["mazes"] if bool(r["success"]) == solved and r.get("index") is not None]
+        chosen = [
+            r
+            for r in evaluation["mazes"]
+            if bool(r["success"]) == solved and isinstance(r.get("index"), int) and 0 <= r["index"] < len(specs)
+        ]
         chosen = chosen[:per_outcome]
         title = "Solved" if solved else "Failed"
         if not chosen:
@@ -270,11 +276,11 @@ def _replays(evaluation: dict[str, Any], specs: Sequence[Any], per_outcome: int)
             )
             samples = f"<br>Invalid replies, first ones:{samples}" if samples else ""
             count = rec.get("invalid", 0)
-            invalid = f"; {count} invalid repl{'y' if count == 1 else 'ies'}" if count else ""
+            invalid = f"; {_esc(count)} invalid repl{'y' if count == 1 else 'ies'}" if count else ""
             items.append(
-                f'<div class="replay"><img alt="replay of maze {rec["index"]}" src="{gif}"><br>'
-                f"maze #{rec['index']} ({_esc(rec['maze_id'])}): {rec['moves']} moves, "
-                f"best {rec['optimal_moves']}{invalid}{samples}</div>"
+                f'<div class="replay"><img alt="replay of maze {_esc(rec["index"])}" src="{gif}"><br>'
+                f"maze #{_esc(rec['index'])} ({_esc(rec.get('maze_id'))}): {_esc(rec.get('moves'))} moves, "
+                f"best {_esc(rec.get('optimal_moves'))}{invalid}{samples}</div>"
             )
         parts.append(f'<h3>{title}</h3><div class="replays">{"".join(items)}</div>')
     return "".join(parts)
@@ -302,7 +308,7 @@ def _mazes_section(data: RunData, replays: int) -> str:
     if last is not first:
         shown.append(("After RL", last))
     for title, evaluation in shown:
-        out.append(f"<h3>{title}: step {evaluation['step']}, solve rate {_rate(evaluation.get('summary'))}</h3>")
+        out.append(f"<h3>{title}: step {_esc(evaluation['step'])}, solve rate {_rate(evaluation.get('summary'))}</h3>")
         out.append(_eval_grid(evaluation, specs))
     if last is not first:
         before = {r["index"]: r["success"] for r in first["mazes"] if r.get("index") is not None}
@@ -310,21 +316,22 @@ def _mazes_section(data: RunData, replays: int) -> str:
         gained = sorted(i for i in after if after[i] and before.get(i) is False)
         lost = sorted(i for i in after if not after[i] and before.get(i) is True)
         out.append(
-            f"<p>Newly solved: {', '.join(f'#{i}' for i in gained) or 'none'}. "
-            f"Newly failed: {', '.join(f'#{i}' for i in lost) or 'none'}.</p>"
+            f"<p>Newly solved: {', '.join(f'#{_esc(i)}' for i in gained) or 'none'}. "
+            f"Newly failed: {', '.join(f'#{_esc(i)}' for i in lost) or 'none'}.</p>"
         )
     if len(main) > 2:
-        history = ", ".join(f"step {e['step']}: {e['summary'].get('solved', '?')}" for e in main)
+        history = ", ".join(f"step {_esc(e['step'])}: {_esc(e['summary'].get('solved', '?'))}" for e in main)
         out.append(f"<p>Every evaluation (mazes solved of {len(specs)}): {history}.</p>")
     out.append(
-        f"<h2>Replays of the agent at step {last['step']}</h2>"
+        f"<h2>Replays of the agent at step {_esc(last['step'])}</h2>"
         "<p>Rebuilt from the recorded actions on each maze, no model involved.</p>"
     )
     out.append(_replays(last, specs, replays))
     heldout = [e for e in data.evals if e.get("label") == "heldout"]
     if heldout:
         rows = "".join(
-            f"<tr><td>{_esc(e['set'])}</td><td>{e['step']}</td><td>{_rate(e.get('summary'))}</td></tr>" for e in heldout
+            f"<tr><td>{_esc(e['set'])}</td><td>{_esc(e['step'])}</td><td>{_rate(e.get('summary'))}</td></tr>"
+            for e in heldout
         )
         out.append(f"<h3>Held-out sets</h3><table><tr><th>set</th><th>step</th><th>solve rate</th></tr>{rows}</table>")
     return "".join(out)
@@ -422,7 +429,7 @@ def render_html(data: RunData, replays: int = 3) -> str:
     if results.get("after_rl"):
         head += (
             f"<p>Solve rate on <b>{_esc(results.get('eval_set'))}</b>: before RL {_rate(results.get('before_rl'))}"
-            f" &rarr; after {results.get('rl_steps', '?')} RL steps {_rate(results['after_rl'])}.</p>"
+            f" &rarr; after {_esc(results.get('rl_steps', '?'))} RL steps {_rate(results['after_rl'])}.</p>"
         )
     if data.missing:
         head += (

@@ -177,6 +177,8 @@ def read_eval_records(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a readable eval records file ({exc})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("mazes"), list) or "step" not in data:
         raise ValueError(f"{path}: not an eval records file (needs 'step' and a 'mazes' list)")
+    if not isinstance(data["step"], int) or isinstance(data["step"], bool) or data["step"] < 0:
+        raise ValueError(f"{path}: not an eval records file (its step {data['step']!r:.40} is not an RL step number)")
     if data.get("format", RECORDS_FORMAT) > RECORDS_FORMAT:
         raise ValueError(f"{path}: records format {data['format']} is newer than this mazegym reads ({RECORDS_FORMAT})")
     return data

@@ -1,0 +1,64 @@
+"""Strings read from a run directory never become markup in ``report.html``: hostile values are escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from test_report import make_run  # noqa: E402
+
+from runners.artifacts.report import write_report  # noqa: E402
+
+SCRIPT = "<script>document.title='pwned'</script>"
+IMG = '<img src=x onerror="document.title=1">'
+
+
+def _poison(run: Path) -> None:
+    """Hostile values where a run dir holds numbers: eval results, per-maze records, summaries, held-out rows."""
+    for path in sorted((run / "eval").glob("*.json")):
+        data = json.loads(path.read_text())
+        data["summary"]["solved"] = IMG
+        data["summary"]["solve_rate"] = SCRIPT
+        for rec in data["mazes"]:
+            rec["moves"], rec["optimal_moves"], rec["maze_id"] = IMG, SCRIPT, IMG
+            rec["invalid"] = SCRIPT
+        path.write_text(json.dumps(data))
+    (run / "eval_results.json").write_text(
+        json.dumps(
+            {
+                "eval_set": "heldout-7x7",
+                "before_rl": {"solve_rate": 0.25, "solved": IMG, "episodes": SCRIPT},
+                "after_rl": {"solve_rate": 0.5, "solved": 32, "episodes": 64},
+                "rl_steps": SCRIPT,
+                "seconds": 1.0,
+                "stopped_by_time_cap": {"step": SCRIPT, "planned": IMG, "minutes": SCRIPT},
+                "timing": {"rl_steps": IMG, "rl_steps_per_s": 0.5, "phase_mean_seconds": {IMG: 1.0}},
+            }
+        )
+    )
+
+
+def test_hostile_run_strings_are_escaped(tmp_path):
+    run = make_run(tmp_path / "run")
+    _poison(run)
+    page = write_report(run).read_text()
+    assert "pwned" in page  # the hostile text is shown, as text...
+    assert not re.search(r"<script", page, re.I), "a <script> tag from the run dir reached the page"
+    assert not re.search(r"<img[^>]*onerror", page, re.I), "an event-handler attribute reached the page"
+    assert "&lt;script&gt;" in page and "onerror=&quot;" in page  # ...escaped
+
+
+def test_a_records_file_whose_step_is_not_a_number_is_skipped(tmp_path):
+    from runners.rollout.evaluate import list_eval_records
+
+    run = make_run(tmp_path / "run")
+    first = sorted((run / "eval").glob("*.json"))[0]
+    data = json.loads(first.read_text())
+    data["step"] = SCRIPT
+    first.write_text(json.dumps(data))
+    assert [d["step"] for d in list_eval_records(run)] == [4]
+    assert "pwned" not in write_report(run).read_text()
