@@ -23,6 +23,7 @@ from mazegym.evalsets import MazeStream
 from runners import atomic
 from runners.train.calibration import calibrate
 from runners.train.run_info import record_invocation
+from runners.train.run_lock import run_dir_lock
 from runners.config import TrainConfig, to_dict, validate
 from runners.config.derived import rollout_config
 from runners.train import sft as sftmod
@@ -197,7 +198,8 @@ def build_sft_stream(config: TrainConfig) -> MazeStream:
 def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> Path:
     """Build the base model and run the SFT stage (:func:`runners.train.sft.run_sft`); returns its result dir."""
     set_threads(config)
-    return sftmod.run_sft(config, prepare_base_model(config), build_sft_stream(config), log=log, metrics=metrics)
+    with run_dir_lock(config.run_dir):  # re-entrant: `mazegym train` already holds it
+        return sftmod.run_sft(config, prepare_base_model(config), build_sft_stream(config), log=log, metrics=metrics)
 
 
 def start_from(found: Path | None, base: Path) -> tuple[Path, Path | None]:

@@ -532,6 +532,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mazegym`` script."""
     from runners.config import ConfigError
+    from runners.train.run_lock import RunDirBusy
     from runners.train.sync import AdapterSyncError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -555,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError, RunDirBusy) as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
 

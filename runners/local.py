@@ -14,11 +14,12 @@ from typing import Any, Callable, Sequence
 
 from algos.data import Episode
 from runners import build
-from runners.config import TrainConfig
+from runners.config import TrainConfig, validate
 from runners.config.derived import rollout_config
 from runners.train.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
 from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
 from runners.train.metrics import MetricsLogger
+from runners.train.run_lock import run_dir_lock
 from runners.train.steps import eval_step, play_step_mazes, sync_step, update_step, vision_placeholder_ids
 from runners.train.sync import AdapterSync
 
@@ -35,11 +36,13 @@ def train(
     check that resuming reproduces an uninterrupted run.
     """
     t_start = time.perf_counter()
-    run_dir, manager, resume_from, metrics = build.open_run(config, log, command)
-    try:
-        return _train(config, run_dir, metrics, log, stop_after, t_start, manager, resume_from)
-    finally:
-        metrics.close()
+    validate(config)
+    with run_dir_lock(config.run_dir, command):  # one writer per run dir
+        run_dir, manager, resume_from, metrics = build.open_run(config, log, command)
+        try:
+            return _train(config, run_dir, metrics, log, stop_after, t_start, manager, resume_from)
+        finally:
+            metrics.close()
 
 
 def _train(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from runners import atomic
 from runners.train.checkpoint import CheckpointManager
+from runners.train.run_lock import run_dir_lock
 from runners.build import trained_model
 from runners.config import TrainConfig
 
@@ -35,28 +36,31 @@ def export(
     export is refused (``FileExistsError``) unless ``force``: its files would be deleted.
     """
     run_dir = Path(config.run_dir)
-    ckpt = CheckpointManager(run_dir / "checkpoints").resolve(checkpoint)
-    adapter_src = ckpt / "adapter" if ckpt is not None else run_dir / "final_adapter"
-    if not (adapter_src / "adapter_model.safetensors").is_file():
-        raise FileNotFoundError(
-            f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first"
-        )
-    model = trained_model(config, build_base=False)[0]
-    if not (model / "config.json").is_file():
-        raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")
-    final = Path(out_dir) if out_dir else run_dir / "export"
-    if final.exists() and not force and not _is_export(final):
-        raise FileExistsError(
-            f"--out {final} is not empty and holds no earlier export; exporting would delete its "
-            f"files. Choose an empty directory, or pass --force to replace it"
-        )
-    out = atomic.temp_dir_beside(final)
-    try:
-        _write_export(config, ckpt, adapter_src, model, out, final, merged)
-        atomic.replace_dir(out, final)
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-    return final
+    with run_dir_lock(
+        run_dir, create=False
+    ):  # one writer per run dir (a training run there is refused, and refuses this)
+        ckpt = CheckpointManager(run_dir / "checkpoints").resolve(checkpoint)
+        adapter_src = ckpt / "adapter" if ckpt is not None else run_dir / "final_adapter"
+        if not (adapter_src / "adapter_model.safetensors").is_file():
+            raise FileNotFoundError(
+                f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first"
+            )
+        model = trained_model(config, build_base=False)[0]
+        if not (model / "config.json").is_file():
+            raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")
+        final = Path(out_dir) if out_dir else run_dir / "export"
+        if final.exists() and not force and not _is_export(final):
+            raise FileExistsError(
+                f"--out {final} is not empty and holds no earlier export; exporting would delete its "
+                f"files. Choose an empty directory, or pass --force to replace it"
+            )
+        out = atomic.temp_dir_beside(final)
+        try:
+            _write_export(config, ckpt, adapter_src, model, out, final, merged)
+            atomic.replace_dir(out, final)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        return final
 
 
 def _is_export(directory: Path) -> bool:

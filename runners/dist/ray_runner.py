@@ -53,6 +53,7 @@ from runners.dist.prometheus import PrometheusExporter
 from runners.rollout.evaluate import eval_summary
 from runners.train.checkpoint import CheckpointManager, load_checkpoint, read_state, save_checkpoint
 from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
+from runners.train.run_lock import run_dir_lock
 from runners.train.parity import trainer_logprobs
 from runners.train.steps import eval_episodes, play_step_mazes, set_threads, update_step, vision_placeholder_ids
 from runners.train.sync import AdapterSync
@@ -482,38 +483,39 @@ def train(
     if not ray.is_initialized():
         ray.init(address=cluster_address(ray_cfg.address), log_to_driver=True)
     config.run_dir = str(Path(config.run_dir).resolve())
-    run_dir, manager, resume_from, metrics = build.open_run(config, log, command)
-    exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
-    try:
-        model_dir, start_adapter = build.rl_start(config, log=log, metrics=metrics)
-        state = LoopState()
-        while True:
-            group = None
-            try:
-                group = _start_group(config, ray_cfg, model_dir, start_adapter, resume_from, state, run_dir, log)
-                result = _loop(group, config, run_dir, manager, metrics, exporter, state, log, stop_after, t_start)
-                group.call("close")
-                return result
-            except WorkerFailure as exc:
-                state.restarts += 1
-                if exporter is not None:
-                    exporter.record_restart()
-                if state.restarts > ray_cfg.max_restarts:
-                    raise RuntimeError(
-                        f"a worker died and runner.ray.max_restarts={ray_cfg.max_restarts} is used up: {exc}"
-                    ) from exc
-                resume_from = manager.latest_valid()
-                log(
-                    f"[ray] worker failure ({exc}); restart {state.restarts}/{ray_cfg.max_restarts} "
-                    f"from {resume_from or 'the start'}"
-                )
-                metrics.log(state.step, {"ray/restarts": float(state.restarts)}, phase="ray")
-            finally:
-                if group is not None:
-                    group.shutdown()
-    finally:
-        metrics.close()
-        shutil.rmtree(run_dir / "adapter_sync", ignore_errors=True)
+    with run_dir_lock(config.run_dir, command):  # one writer per run dir
+        run_dir, manager, resume_from, metrics = build.open_run(config, log, command)
+        exporter = PrometheusExporter(run_dir.name) if ray_cfg.export_metrics else None
+        try:
+            model_dir, start_adapter = build.rl_start(config, log=log, metrics=metrics)
+            state = LoopState()
+            while True:
+                group = None
+                try:
+                    group = _start_group(config, ray_cfg, model_dir, start_adapter, resume_from, state, run_dir, log)
+                    result = _loop(group, config, run_dir, manager, metrics, exporter, state, log, stop_after, t_start)
+                    group.call("close")
+                    return result
+                except WorkerFailure as exc:
+                    state.restarts += 1
+                    if exporter is not None:
+                        exporter.record_restart()
+                    if state.restarts > ray_cfg.max_restarts:
+                        raise RuntimeError(
+                            f"a worker died and runner.ray.max_restarts={ray_cfg.max_restarts} is used up: {exc}"
+                        ) from exc
+                    resume_from = manager.latest_valid()
+                    log(
+                        f"[ray] worker failure ({exc}); restart {state.restarts}/{ray_cfg.max_restarts} "
+                        f"from {resume_from or 'the start'}"
+                    )
+                    metrics.log(state.step, {"ray/restarts": float(state.restarts)}, phase="ray")
+                finally:
+                    if group is not None:
+                        group.shutdown()
+        finally:
+            metrics.close()
+            shutil.rmtree(run_dir / "adapter_sync", ignore_errors=True)
 
 
 def _start_group(
