@@ -16,6 +16,7 @@ on the same schedule by construction, not by keeping two loops in step.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -250,7 +251,7 @@ class CollectAhead:
     """
 
     def __init__(self, executor: StepExecutor, mazes: list[Any], step: int, concurrent: bool):
-        self.step = step
+        self.step, self.concurrent = step, concurrent
         self._started = time.perf_counter()
         self._seconds = 0.0
         self._episodes: list[Episode] | None = None
@@ -311,7 +312,8 @@ def _run_steps(
             with timer.phase("generate"):
                 if ahead is not None and ahead.step == step:
                     episodes, seconds = ahead.result()
-                    extra = {"time/generate_ahead": seconds}
+                    if ahead.concurrent:  # it ran beside the previous update: not part of any step's wall time
+                        extra = {"time/generate_ahead": seconds}
                 else:
                     episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
             ahead = None
@@ -321,7 +323,9 @@ def _run_steps(
             stream_state = stream.state_dict()  # after this step's mazes: what a checkpoint of this step holds
             if config.loop.overlap_generation and not checkpoint_due(config, step):
                 mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
-                ahead = CollectAhead(executor, mazes, step + 1, getattr(executor, "concurrent_generation", False))
+                concurrent = bool(getattr(executor, "concurrent_generation", False))
+                with contextlib.nullcontext() if concurrent else timer.phase("generate"):  # one after the other: timed
+                    ahead = CollectAhead(executor, mazes, step + 1, concurrent)
             with timer.phase("score"):
                 roll = rollout_metrics(episodes)
             with timer.phase("update"):
