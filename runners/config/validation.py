@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from pathlib import Path
 
 from runners.config.overrides import _get
@@ -22,11 +24,82 @@ CHOICES = {
 }
 
 
+BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
+    "sft.lr": (0.0, None, True),
+    "sft.vision_lr": (0.0, None, True),
+    "sft.random_starts": (0.0, 1.0, False),
+    "rollout.temperature": (0.0, None, False),
+    "rollout.top_p": (0.0, 1.0, True),
+    "rollout.max_new_tokens": (1, None, False),
+    "eval.temperature": (0.0, None, False),
+    "model.tiny_hidden": (64, 8192, False),
+    "model.tiny_layers": (1, 64, False),
+    "model.vision_width": (1, 4096, False),
+    "model.vision_iterations": (1, 10_000, False),
+    "lora.alpha": (0.0, None, True),
+    "lora.dropout": (0.0, 0.999, False),
+    "loop.mazes_per_step": (1, 100_000, False),
+    "loop.steps": (0, 10_000_000, False),
+    "loop.num_threads": (0, 1024, False),
+    "loop.update_threads": (1, 64, False),
+    "sft.steps": (0, 10_000_000, False),
+    "sft.batch_size": (1, 1_000_000, False),
+    "runner.vllm_gpu_memory_utilization": (0.0, 1.0, True),
+}
+"""Ranges of numeric settings: ``key -> (low, high, low excluded)``; None = unbounded on that side. Every float of
+the config (``algo.params`` included) must also be finite; the algorithm checks its own fields' ranges."""
+
+DEVICES = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+"""What ``model.device`` may name."""
+
+
+def _finite_numbers(value: object, key: str) -> None:
+    """Raise ConfigError naming the first NaN or infinite float inside ``value`` (dataclasses, dicts, lists)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={value} is not a finite number")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _finite_numbers(getattr(value, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(value, dict):
+        for k, v in value.items():  # algo.params holds the algorithm's own fields, written algo.<field>
+            _finite_numbers(v, f"{key.removesuffix('.params')}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _finite_numbers(v, f"{key}[{i}]")
+
+
+def check_ranges(config: TrainConfig) -> None:
+    """Every float finite, every setting of :data:`BOUNDS` in its range, ``run_dir``, ``model.device`` and
+    ``maze.generator`` well-formed; raises ConfigError naming the key."""
+    from mazegym.maze import GENERATORS
+
+    _finite_numbers(config, "")
+    for key, (low, high, low_open) in BOUNDS.items():
+        value = _get(config, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}={value!r} must be a number")
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if too_low or (high is not None and value > high):
+            lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+            hi = "" if high is None else f"<= {high:g}"
+            raise ConfigError(f"{key}={value!r} is out of range: it must be {' and '.join(p for p in (lo, hi) if p)}")
+    if not str(config.run_dir).strip():
+        raise ConfigError("run_dir is empty: name the directory the run writes to")
+    if not DEVICES.match(str(config.model.device)):
+        raise ConfigError(f"model.device={config.model.device!r} is not a device; choose cpu, cuda, cuda:N or mps")
+    if config.maze.generator not in GENERATORS:
+        raise ConfigError(
+            f"maze.generator={config.maze.generator!r} is not a generator; choose one of {', '.join(GENERATORS)}"
+        )
+
+
 def validate(config: TrainConfig, need_model: bool = True) -> None:
     """Cross-field checks; raises :class:`ConfigError` naming the key and the fix."""
     import algos
 
     from mazegym.evalsets import EVAL_SETS
+
+    check_ranges(config)
 
     for key, allowed in CHOICES.items():
         value = _get(config, key)
