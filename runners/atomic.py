@@ -115,3 +115,42 @@ def temp_dir_beside(final: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp.", dir=final.parent))
     tmp.chmod(0o777 & ~_umask())
     return tmp
+
+
+COPY_LIMIT_BYTES = 64 * 2**30
+"""The most :func:`copy_regular_tree` copies: a sanity bound, far above any adapter or tiny model."""
+
+
+def copy_regular_tree(src: Path, dst: Path, skip: tuple[str, ...] = (), limit: int = COPY_LIMIT_BYTES) -> int:
+    """Copy the directory ``src`` to ``dst`` (new): regular files and directories only, never following a link.
+
+    A symbolic link, device, FIFO or socket anywhere under ``src`` is refused (``ValueError``
+    naming it) before anything is copied: a link in a run dir could point at a secret or at
+    ``/dev/zero``. Names in ``skip`` are left out. Returns the bytes copied; more than ``limit``
+    is refused up front.
+    """
+    import stat
+
+    src, dst = Path(src), Path(dst)
+    if src.is_symlink() or not src.is_dir():
+        raise ValueError(f"{src} is {'a symbolic link' if src.is_symlink() else 'not a directory'}: nothing is copied")
+    files, total = [], 0
+    for root, dirs, names in os.walk(src, followlinks=False):
+        for name in sorted(dirs + names):
+            path = Path(root) / name
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                raise ValueError(f"{path} is {kind}: only regular files are copied out of a run dir; remove it")
+            if stat.S_ISREG(mode) and name not in skip:
+                files.append(path)
+                total += os.lstat(path).st_size
+        dirs[:] = [d for d in dirs if d not in skip]
+    if total > limit:
+        raise ValueError(f"{src} holds {total / 2**30:.1f} GiB, more than the {limit / 2**30:.0f} GiB a copy allows")
+    dst.mkdir(parents=True)
+    for path in files:
+        target = dst / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target, follow_symlinks=False)
+    return total

@@ -75,12 +75,12 @@ def _write_export(
     SERVING.md; every path written into the files names its place under ``final``, where ``out`` goes."""
     final = final.resolve()
     adapter = out / "adapter"
-    shutil.copytree(adapter_src, adapter)
+    atomic.copy_regular_tree(adapter_src, adapter)
     base, base_public = model, model.resolve()
     if not config.model.path:  # tiny / SFT weights exist only in the run dir: ship them
         base = out / "base_model"
         base_public = final / "base_model"
-        shutil.copytree(model, base, ignore=shutil.ignore_patterns("DONE", "mazegym_base.json"))
+        atomic.copy_regular_tree(model, base, skip=("DONE", "mazegym_base.json"))
     adapter_public = final / "adapter"
     cfg_path = adapter / "adapter_config.json"
     adapter_cfg = json.loads(cfg_path.read_text())

@@ -152,3 +152,36 @@ def test_atomic_files_and_dirs_get_the_permissions_plain_ones_would(tmp_path):
         os.umask(old)
     assert (tmp_path / "report.html").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o644
     assert staged.stat().st_mode & 0o777 == (tmp_path / "plain_dir").stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("where", ["final_adapter", "base_model"])
+@pytest.mark.parametrize("target", ["secret", "/dev/zero"])
+def test_export_never_follows_a_link_out_of_the_run_dir(tmp_path, where, target):
+    from runners.artifacts.export import export
+
+    config = _run_with_adapter(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_text("aws_secret_access_key=abc")
+    os.symlink(secret if target == "secret" else target, Path(config.run_dir) / where / "notes.bin")
+    out = tmp_path / "exp"
+    with pytest.raises(ValueError, match="notes.bin is a symbolic link"):
+        export(config, out_dir=str(out))
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run", "secret"]
+
+
+def test_copy_regular_tree_refuses_special_files_and_a_linked_root(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "a.txt").write_text("a")
+    (src / "DONE").write_text("")
+    assert atomic.copy_regular_tree(src, tmp_path / "copy", skip=("DONE",)) == 1
+    assert sorted(str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*")) == ["sub", "sub/a.txt"]
+    os.mkfifo(src / "pipe")
+    with pytest.raises(ValueError, match="pipe is not a regular file"):
+        atomic.copy_regular_tree(src, tmp_path / "copy2")
+    os.symlink(src, tmp_path / "linked")
+    with pytest.raises(ValueError, match="symbolic link"):
+        atomic.copy_regular_tree(tmp_path / "linked", tmp_path / "copy3")
+    with pytest.raises(ValueError, match="more than"):
+        (src / "pipe").unlink()
+        atomic.copy_regular_tree(src, tmp_path / "copy4", limit=0)
