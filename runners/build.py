@@ -237,6 +237,61 @@ def trained_model(config: TrainConfig, build_base: bool = True) -> tuple[Path, P
     return model, adapter, found
 
 
+RECIPE_SECTIONS = ("model", "lora", "rollout", "algo", "sft")
+"""Config sections a checkpoint's weights, optimizer and data were made with: a resume may not change them."""
+RECIPE_KEYS = ("maze.size", "maze.generator", "maze.stream_seed", "maze.eval_set", "loop.seed", "loop.mazes_per_step")
+"""Single settings of other sections that a resume may not change either."""
+MAY_CHANGE = ("sft.checkpoint", "sft.enabled", "model.device")
+"""Settings of those sections a resume may change: where the SFT start is read from, and the device."""
+
+
+def refuse_changed_recipe(config: TrainConfig, checkpoint: Path) -> None:
+    """Raise ConfigError listing the recipe settings (:data:`RECIPE_SECTIONS`, :data:`RECIPE_KEYS`) that differ from
+    the ones checkpoint ``checkpoint`` was written with.
+
+    A resumed optimizer keeps its own learning rate and a resumed adapter its own shape, so a changed
+    setting would be recorded in config.json and not used; budgets (``loop.steps``), evaluation,
+    logging, checkpoint and runner settings may change.
+    """
+    import json
+
+    from runners.config import ConfigError
+
+    try:
+        saved = json.loads((checkpoint / "state.json").read_text()).get("config")
+    except (OSError, ValueError, RecursionError):
+        return  # the checkpoint's own validity checks report a broken state.json
+    if not isinstance(saved, dict):
+        return
+    now = to_dict(config)
+
+    def flat(data: dict, prefix: str = "") -> dict[str, object]:
+        out: dict[str, object] = {}
+        for k, v in data.items():
+            if isinstance(v, dict) and not (prefix == "algo." and k == "params"):
+                out.update(flat(v, f"{prefix}{k}."))
+            elif isinstance(v, dict):
+                out.update({f"algo.{pk}": pv for pk, pv in v.items()})
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    old, new = flat(saved), flat(now)
+    keys = sorted(
+        k
+        for k in set(old) | set(new)
+        if (k.split(".")[0] in RECIPE_SECTIONS or k in RECIPE_KEYS) and k not in MAY_CHANGE
+    )
+    changed = [f"{k}: {old.get(k, '(unset)')!r} -> {new.get(k, '(unset)')!r}" for k in keys if old.get(k) != new.get(k)]
+    if changed:
+        raise ConfigError(
+            f"resuming {checkpoint} with changed settings ({'; '.join(changed[:6])}"
+            f"{'; ...' if len(changed) > 6 else ''}): the checkpoint's weights and optimizer were made with the old "
+            "ones and would not follow the new; to change them start a new run (checkpoint.resume=none with another "
+            "run_dir), or resume without the change"
+        )
+
+
 def open_run(
     config: TrainConfig, log: Callable[[str], None] = print, command: str | None = None
 ) -> tuple[Path, CheckpointManager, Path | None, MetricsLogger]:
@@ -252,6 +307,8 @@ def open_run(
         run_dir / "checkpoints", keep=config.checkpoint.keep, log=log, required=checkpoint_files(config)
     )
     resume_from = manager.start_run(config.checkpoint.resume)
+    if resume_from is not None:
+        refuse_changed_recipe(config, resume_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", to_dict(config))
     calibration = calibrate(config.logging.calibration_seconds) if config.logging.calibration_seconds > 0 else None

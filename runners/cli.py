@@ -470,7 +470,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--sets", default=None, help="comma-separated eval sets (default: maze.eval_set + maze.heldout_sets)"
     )
-    p.add_argument("--temperature", type=float, default=None, help="decoding temperature (default 0 = greedy)")
+    p.add_argument(
+        "--temperature", type=_non_negative(float), default=None, help="decoding temperature (default 0 = greedy)"
+    )
     p.add_argument("--json", default=None, help="where to write the JSON results (default <run_dir>/eval/eval.json)")
 
     p = sub.add_parser(
@@ -484,7 +486,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-maze-vlm)")
     p.add_argument("--out", default=None, help="where to write the HTML (default RUN_DIR/report.html)")
-    p.add_argument("--replays", type=int, default=3, help="GIF replays per outcome, solved and failed (default 3)")
+    p.add_argument(
+        "--replays", type=_non_negative(int), default=3, help="GIF replays per outcome, solved and failed (default 3)"
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
@@ -497,7 +501,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-moves", type=int, default=None, help="move limit (default: the registered env's, else 2*size)"
     )
-    p.add_argument("--seed", type=int, default=None, help="maze seed (default: random)")
+    p.add_argument("--seed", type=_non_negative(int), default=None, help="maze seed (default: random)")
     p.add_argument("--eval-set", default=None, help="play maze --index of this fixed eval set instead")
     p.add_argument("--index", type=int, default=0, help="index into --eval-set")
     p.add_argument("--window", action="store_true", help="also show the image observation in a window (needs tkinter)")
@@ -529,6 +533,23 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _non_negative(kind: type) -> Callable[[str], float | int]:
+    """An argparse type: a finite number of ``kind`` that is >= 0 (argparse prints the usage and exits 2 otherwise)."""
+    import math
+
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mazegym`` script."""
     from runners.config import ConfigError
@@ -558,6 +579,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError, RunDirBusy) as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print(
+            f"mazegym {args.command}: error: a file this command read is nested too deeply to be one mazegym wrote "
+            "(a damaged or hostile JSON file?); rerun the step that wrote it",
+            file=sys.stderr,
+        )
         return 2
 
 
