@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -245,7 +246,10 @@ def _write(name: str) -> str:
         "mazes": [{**m.to_dict(), "optimal_moves": optimal_moves(m.grid, m.start, m.goal)} for m in mazes],
     }
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    _path(name).write_text(json.dumps(payload, indent=1) + "\n")
+    # Written beside the set and renamed over it: an interrupted regeneration never leaves half a set.
+    tmp = _path(name).with_name(f".{_path(name).name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    os.replace(tmp, _path(name))
     return payload["set_hash"]
 
 
