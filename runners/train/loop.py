@@ -320,7 +320,9 @@ def _run_steps(
             versions = [e.weights_version for e in episodes if e.weights_version is not None]
             if versions:  # updates the rollouts' weights are behind the policy about to train on them
                 extra["rollout/staleness"] = float(step - 1 - min(versions))
-            stream_state = stream.state_dict()  # after this step's mazes: what a checkpoint of this step holds
+            # The stream right after this step's mazes is what a checkpoint of this step holds; read it before
+            # the next step's mazes are drawn for the collection ahead.
+            stream_state = stream.state_dict() if config.loop.overlap_generation else None
             if config.loop.overlap_generation and not checkpoint_due(config, step):
                 mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
                 concurrent = bool(getattr(executor, "concurrent_generation", False))
@@ -359,14 +361,14 @@ def _run_steps(
                 with timer.phase("checkpoint"):
                     executor.checkpoint(
                         step,
-                        stream_state,
+                        stream.state_dict() if stream_state is None else stream_state,
                         {"before": state.before, "eval_history": state.history, "record": unlogged},
                     )
             timings = timer.pop()
             record.update(timings)
             record.update(executor.step_extras(step, record, timings, len(episodes)))
             metrics.log(step, record, phase="rl")
-            state.step, state.stream = step, stream_state
+            state.step, state.stream = step, stream.state_dict() if stream_state is None else stream_state
             progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
             ran += 1
             if done:

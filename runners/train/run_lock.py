@@ -54,6 +54,7 @@ def run_dir_lock(run_dir: str | Path, command: str | None = None, create: bool =
         finally:
             _held[key][1] -= 1
         return
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(root / LOCK_FILE), timeout=0, thread_local=False)
     try:
@@ -77,6 +78,11 @@ def run_dir_lock(run_dir: str | Path, command: str | None = None, create: bool =
         del _held[key]
         (root / HOLDER_FILE).unlink(missing_ok=True)
         lock.release()
+        # A command refused before it wrote anything leaves no run dir behind it that it created.
+        if created and {p.name for p in root.iterdir()} <= {LOCK_FILE}:
+            (root / LOCK_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                root.rmdir()
 
 
 def describe_holder(run_dir: str | Path) -> str:
