@@ -83,7 +83,14 @@ NEVER_UPLOAD = [
     "*.pem",
     "*.key",
     "*.p12",
-    "credentials*",
+    "*credentials*",
+    "service-account*",
+    "*-sa-key*",
+    "*token*",
+    "api_key*",
+    "*.tfstate*",
+    "kubeconfig*",
+    "mlruns",
     ".git",
     # weights and run outputs
     "*.pt",
@@ -101,7 +108,20 @@ NEVER_UPLOAD = [
     "final_adapter",
     "adapter_sync",
 ]
-"""Name patterns (matched against every component of a path) that are never uploaded."""
+"""Name patterns (matched against every component of a path) that are never uploaded, even when tracked or included."""
+
+UPLOAD_SUFFIXES = (".py", ".pyi", ".toml", ".cfg", ".ini", ".md", ".rst", ".txt", ".yaml", ".yml", ".json", ".sh")
+"""What a tracked file may be to be uploaded: source, configs, docs and data files (the eval sets are JSON). An
+allow-list, so a tracked secret or weights file of a kind nobody listed (``.envrc``, ``.npmrc``, ``*.jks``, ``.npy``,
+TensorBoard events, ``metrics.jsonl``, ...) stays home; ``--include`` adds other files explicitly."""
+UPLOAD_NAMES = ("Dockerfile", "Makefile", "LICENSE", "NOTICE", "MANIFEST.in")
+"""Tracked files uploaded by their whole name."""
+
+
+def allowed_kind(relative: str) -> bool:
+    """Whether a tracked file is of a kind :data:`UPLOAD_SUFFIXES` / :data:`UPLOAD_NAMES` uploads."""
+    name = Path(relative).name
+    return name in UPLOAD_NAMES or (not name.startswith(".") and Path(name).suffix.lower() in UPLOAD_SUFFIXES)
 
 
 @dataclass
@@ -190,7 +210,8 @@ def tracked_files(directory: Path) -> list[str]:
 
 
 def upload_files(cfg: SubmitConfig) -> list[str]:
-    """The relative paths uploaded as the working dir: tracked files plus ``cfg.includes``, minus secrets and weights.
+    """The relative paths uploaded as the working dir: tracked files of an allowed kind (:func:`allowed_kind`) plus
+    ``cfg.includes``, minus secrets and weights (:data:`NEVER_UPLOAD`).
 
     An include that is missing, outside the working dir, or matches :data:`NEVER_UPLOAD` raises ``ValueError``.
     """
@@ -198,7 +219,10 @@ def upload_files(cfg: SubmitConfig) -> list[str]:
     chosen = {
         name
         for name in tracked_files(root)
-        if (root / name).is_file() and never_upload(name) is None and link_problem(root, name) is None
+        if (root / name).is_file()
+        and allowed_kind(name)
+        and never_upload(name) is None
+        and link_problem(root, name) is None
     }
     for include in cfg.includes:
         path = (root / include).resolve()
@@ -385,9 +409,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--submission-id", default=None, help="job id (unique on the cluster)")
     p.add_argument("--auth-token", default=None, help="Ray auth token (default: $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
     p.add_argument("--wait", action="store_true", help="wait for the job to finish; exit 1 if it failed")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the files --working-dir would upload and the entrypoint; send nothing",
+    )
     p.add_argument("--follow", action="store_true", help="with --wait: stream the job's logs")
     p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="with --wait: stop waiting after this long")
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: arguments for mazegym train (runner.kind=ray is added)")
+    p.add_argument(
+        "train_args", nargs=argparse.REMAINDER, help="after --: arguments for mazegym train (runner.kind=ray is added)"
+    )
     return p
 
 
@@ -439,6 +470,16 @@ def add_submit_command(subparsers: Any) -> argparse.ArgumentParser:
 def run_submit_args(ns: argparse.Namespace) -> int:
     """Submit from parsed arguments; prints the job id (exit code 0) or the error (exit code 1)."""
     cfg, train_args = config_from_args(ns)
+    if getattr(ns, "dry_run", False):
+        try:
+            files = upload_files(cfg) if cfg.working_dir is not None else []
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"mazegym submit: {exc}", file=sys.stderr)
+            return 1
+        print(f"entrypoint: {build_entrypoint(train_args)}")
+        print(f"would upload {len(files)} file(s) from {cfg.working_dir}:" if cfg.working_dir else "no working dir")
+        print("\n".join(f"  {f}" for f in files))
+        return 0
     try:
         job_id = submit_run(train_args, cfg)
     except (RuntimeError, TimeoutError, ConnectionError, FileNotFoundError, ValueError) as exc:

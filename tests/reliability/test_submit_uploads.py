@@ -152,3 +152,53 @@ def test_links_to_secrets_or_outside_files_are_never_uploaded(checkout, tmp_path
     (checkout / "extra" / "out.txt").symlink_to(tmp_path / "home_netrc")
     with pytest.raises(ValueError, match="out.txt is a link to a file outside"):
         submit.upload_files(submit.SubmitConfig(working_dir=str(checkout), includes=["extra"]))
+
+
+TRACKED_BY_MISTAKE = [
+    ".envrc",
+    ".config/gcloud/application_default_credentials.json",
+    "service-account.json",
+    "prod-sa-key.json",
+    ".huggingface/token",
+    ".cache/huggingface/token",
+    ".npmrc",
+    ".pgpass",
+    ".vault-token",
+    ".s3cfg",
+    ".boto",
+    ".htpasswd",
+    "kubeconfig",
+    "keys/signing.asc",
+    "secring.gpg",
+    "putty.ppk",
+    "store.jks",
+    "cert.pfx",
+    "cert.der",
+    "deploy_key",
+    "sshkey",
+    "api_keys.txt",
+    "terraform.tfstate",
+    "token.json",
+    "data/features.npy",
+    "data/model.h5",
+    "data/state.msgpack",
+    "data/model.joblib",
+    "logs/events.out.tfevents.1700000000.host",
+    "mlruns/0/meta.yaml",
+    "results/metrics.jsonl",
+]
+
+
+def test_an_allow_list_keeps_tracked_secrets_and_weights_home_and_dry_run_lists_the_upload(checkout, capsys):
+    """Every file of this list, committed by mistake, stays home: only source, configs, docs and data kinds go."""
+    for rel in TRACKED_BY_MISTAKE:
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text("secret")
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["add", "-f", *TRACKED_BY_MISTAKE], check=True)
+    subprocess.run(git + ["commit", "-qm", "oops"], check=True)
+    assert submit.upload_files(submit.SubmitConfig(working_dir=str(checkout))) == sorted(SOURCE)
+    code = submit.submit_main(["--working-dir", str(checkout), "--dry-run", "--", "--preset", "cpu-tiny"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"would upload {len(SOURCE)} file(s)" in out and "runner.kind=ray" in out
+    assert all(f"  {rel}\n" in out for rel in SOURCE) and not any(f"  {rel}\n" in out for rel in TRACKED_BY_MISTAKE)
