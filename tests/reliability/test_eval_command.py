@@ -100,3 +100,20 @@ def test_eval_with_a_preset_refuses_a_dir_that_holds_no_run(tmp_path, calls, cap
     assert main(["eval", "--preset", "cpu-tiny", "--run-dir", str(missing)]) == 2
     assert "holds no mazegym run" in capsys.readouterr().err
     assert not missing.exists() and not calls
+
+
+def test_eval_never_rebuilds_the_runs_base_model(tmp_path, calls, monkeypatch):
+    """An override that changes the tiny model's build recipe must not rebuild RUN/base_model under its adapters."""
+    run = tmp_path / "run"
+    config = cfgmod.apply_overrides(get_preset("cpu-tiny"), [f"run_dir={run}", "sft.enabled=never"])
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfgmod.to_dict(config)))
+    base = run / "base_model"
+    base.mkdir()
+    (base / "config.json").write_text('{"built": "by training"}')
+    (base / "mazegym_base.json").write_text('{"recipe": "the run\'s own"}')
+    rebuilt = []
+    monkeypatch.setattr(build, "prepare_base_model", lambda c: rebuilt.append(c) or base)
+    assert main(["eval", "--run-dir", str(run), "rollout.max_moves=30", "--sets", "heldout-7x7"]) == 0
+    assert not rebuilt and calls["model_dir"] == base
+    assert (base / "config.json").read_text() == '{"built": "by training"}'
