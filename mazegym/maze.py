@@ -278,6 +278,19 @@ def place_start_goal(size: int, u_or_rng: Any, mode: str = "corners") -> tuple[t
     raise ValueError(f"start_goal must be 'corners' or 'random', got {mode!r}")
 
 
+def _wall_grid(cells: Any) -> np.ndarray:
+    """A raw ``grid`` (nested lists or an array) as a wall grid: only booleans or the integers 0 (floor) and 1 (wall).
+
+    ``np.asarray(..., dtype=bool)`` would read 0.4, NaN, 2 or -1 as walls; a grid holding them is refused.
+    """
+    array = np.asarray(cells)
+    if array.dtype == np.bool_:
+        return array
+    if array.dtype.kind not in "iu" or not np.isin(array, (0, 1)).all():
+        raise ValueError("maze 'grid' cells must be booleans or the integers 0 (floor) and 1 (wall)")
+    return array.astype(np.bool_)
+
+
 @dataclass(frozen=True, eq=False)
 class MazeSpec:
     """One maze instance: the wall grid plus start and goal cells.
@@ -348,7 +361,7 @@ class MazeSpec:
             rows = data["rows"]
             grid = np.array([[ch == WALL_CHAR for ch in row] for row in rows], dtype=np.bool_)
         elif "grid" in data:
-            grid = np.asarray(data["grid"], dtype=np.bool_)
+            grid = _wall_grid(data["grid"])
         else:
             raise ValueError("maze dict needs 'rows' (list of '#'/'.' strings) or 'grid'")
         spec = cls(grid=grid, start=tuple(data["start"]), goal=tuple(data["goal"]))

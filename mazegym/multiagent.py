@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from mazegym.envs.vismaze import VisMazeEnv, _choice, _integer, _maze_option
 from mazegym.maze import DEFAULT_GENERATOR, MazeSpec, check_size, sample_maze
 from mazegym.spaces import MapText
 from mazegym.render import OTHER_AGENT_RGB, TEXT_CHARSET, ascii_bytes, draw_agent, render_background, text_length
@@ -44,10 +45,18 @@ class VisMazeRace(ParallelEnv):
         cell_px: int = 25,
         render_mode: str | None = None,
     ):
-        if n_agents < 1:
-            raise ValueError(f"n_agents must be >= 1, got {n_agents}")
-        if obs_mode not in ("both", "image", "text"):
-            raise ValueError(f"obs_mode must be 'both', 'image' or 'text', got {obs_mode!r}")
+        _integer("n_agents", n_agents, 1, 64)
+        if render_mode is not None:
+            _choice("render_mode", render_mode, self.metadata["render_modes"])
+        # The single env's argument checks, word for word (sizes, frame size, generator, obs_mode, ...).
+        VisMazeEnv(
+            size=size,
+            max_moves=max_moves,
+            generator=generator,
+            extra_openings=extra_openings,
+            obs_mode=obs_mode,
+            cell_px=cell_px,
+        )
         self.size = check_size(size)
         self.max_moves = int(max_moves)
         self.generator = generator
@@ -83,11 +92,15 @@ class VisMazeRace(ParallelEnv):
             self._rng = np.random.default_rng(seed)
             for i, agent in enumerate(self.possible_agents):
                 self._act_spaces[agent].seed(seed + i)
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict (e.g. {{'maze': spec}}) or None, got {type(options).__name__}")
         maze = (options or {}).get("maze")
         if maze is not None:
-            self.maze = maze if isinstance(maze, MazeSpec) else MazeSpec.from_dict(maze)
+            self.maze = _maze_option(maze)
             if self.maze.size != self.size:
                 raise ValueError(f"options['maze'] has size {self.maze.size}, this env has size {self.size}")
+            if bfs_distances(self.maze.grid, self.maze.goal)[self.maze.start] < 0:
+                raise ValueError(f"options['maze']: the goal {self.maze.goal} cannot be reached from the start")
         else:
             self.maze = sample_maze(self._rng, self.size, self.generator, self.extra_openings)
         self.agents = list(self.possible_agents)
@@ -101,11 +114,21 @@ class VisMazeRace(ParallelEnv):
 
     def step(self, actions: dict[str, int]):
         """Move every live agent; returns ``(obs, rewards, terminations, truncations, infos)``."""
+        if not self.agents:
+            raise RuntimeError("the race is over (or never started): call reset() before step()")
+        checked = {}
+        for agent in self.agents:
+            if agent not in actions:
+                raise ValueError(f"no action for {agent}: step() takes one action per live agent")
+            action = actions[agent]
+            if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)) or not 0 <= action < 4:
+                raise ValueError(f"action of {agent} must be an integer in 0..3 (right, up, left, down): {action!r}")
+            checked[agent] = int(action)
         self.moves += 1
         bumped = {}
         for agent in self.agents:
             here = self.positions[agent]
-            self.positions[agent] = next_cell(self.maze.grid, here, int(actions[agent]))
+            self.positions[agent] = next_cell(self.maze.grid, here, checked[agent])
             bumped[agent] = self.positions[agent] == here
         winners = {a for a in self.agents if self.positions[a] == self.maze.goal}
         over = bool(winners)

@@ -132,6 +132,8 @@ MAX_SIZE = 255
 """Largest grid side accepted: bigger mazes take seconds and hundreds of MB per reset."""
 MAX_CELL_PX = 256
 """Largest cell side in pixels."""
+MAX_FRAME_PX = 8192
+"""Largest frame side (size x cell_px) in pixels: 8192^2 RGB is 192 MiB."""
 
 _MOVE_FEEDBACK = tuple(f"Moved {name}." for name in ACTION_NAMES[:4])
 _WALL_FEEDBACK = "Cannot move into a wall."
@@ -173,6 +175,11 @@ class VisMazeEnv(gym.Env):
         self.size = check_size(_integer("size", size, 5, MAX_SIZE))
         _integer("max_moves", max_moves, 1)
         _integer("cell_px", cell_px, 4, MAX_CELL_PX)
+        if self.size * int(cell_px) > MAX_FRAME_PX:  # a 255 x 256 px frame would be 12 GiB of RGB
+            raise ValueError(
+                f"size x cell_px = {self.size * int(cell_px)} px per frame side is more than {MAX_FRAME_PX}; "
+                "choose a smaller cell_px for this size"
+            )
         _number("extra_openings", extra_openings, 0.0, 1.0)
         _number("shaping_gamma", shaping_gamma, 0.0, 1.0)
         _flag("require_stop", require_stop)
@@ -215,6 +222,8 @@ class VisMazeEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode on a new maze, or on ``options["maze"]`` (a MazeSpec or its dict)."""
         super().reset(seed=seed)
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict (e.g. {{'maze': spec}}) or None, got {type(options).__name__}")
         maze = (options or {}).get("maze")
         if maze is not None:
             spec = _maze_option(maze)
