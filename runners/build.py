@@ -309,6 +309,7 @@ def open_run(
     resume_from = manager.start_run(config.checkpoint.resume)
     if resume_from is not None:
         refuse_changed_recipe(config, resume_from)
+        manager.continue_from(resume_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", to_dict(config))
     calibration = calibrate(config.logging.calibration_seconds) if config.logging.calibration_seconds > 0 else None

@@ -159,6 +159,11 @@ class LoopConfig:
     (:class:`algos.parallel.ThreadReplicas`); unlike ``num_threads`` it does not slow down when another program holds
     a core. The Ray runner parallelises over ``runner.num_workers`` instead (set 1 there).
     """
+    rollout_threads: int = 1
+    """Local runner, ``hf`` engine: play a step's mazes and each evaluation on this many threads that share the
+    generator, each a contiguous slice of the mazes (the result is the same as on one thread). Branch scoring and
+    greedy evaluation use them; sampled plays run on one thread (they seed torch's global generator per turn).
+    """
     overlap_generation: bool = False
     """One-step off-policy: collect step t+1's rollouts with the weights of step t-1 while step t's update runs (the
     local runner does both at once on two cores; the Ray runner does them one after the other, with the same data).

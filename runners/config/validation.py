@@ -9,7 +9,7 @@ from pathlib import Path
 
 from runners.config.overrides import _get
 from runners.config.schema import ConfigError, TrainConfig
-from runners.rollout.collect import RolloutConfig
+from runners.rollout.collect import RolloutConfig, draws_no_torch_randomness
 
 
 CHOICES = {
@@ -42,6 +42,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "loop.steps": (0, 10_000_000, False),
     "loop.num_threads": (0, 1024, False),
     "loop.update_threads": (1, 64, False),
+    "loop.rollout_threads": (1, 64, False),
     "sft.steps": (0, 10_000_000, False),
     "sft.batch_size": (1, 1_000_000, False),
     "runner.vllm_gpu_memory_utilization": (0.0, 1.0, True),
@@ -150,7 +151,7 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
     if config.model.tiny_hidden % 64:
         raise ConfigError(f"model.tiny_hidden must be a multiple of 64 (head_dim 64), got {config.model.tiny_hidden}")
     try:  # RolloutConfig validates its own fields
-        RolloutConfig(**dataclasses.asdict(config.rollout))
+        rollout = RolloutConfig(**dataclasses.asdict(config.rollout))
     except ValueError as exc:
         raise ConfigError(f"rollout: {exc}") from None
     if config.rollout.branching:
@@ -160,10 +161,11 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
                 "rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
                 "log-probs; set algo.old_logprobs=recompute"
             )
-    if config.loop.overlap_generation and not config.rollout.branching:
+    if config.loop.overlap_generation and not draws_no_torch_randomness(rollout):
         raise ConfigError(
-            "loop.overlap_generation=true needs rollout.branching=true: branch scoring draws no random numbers, "
-            "while sampled plays seed torch's global generator, which the update running beside them shares"
+            "loop.overlap_generation=true needs rollout.branching=true (without sampled greedy-continuation worlds): "
+            "branch scoring draws no random numbers, while sampled plays seed torch's global generator, which the "
+            "update running beside them shares"
         )
     if config.loop.update_threads < 1:
         raise ConfigError(f"loop.update_threads must be >= 1, got {config.loop.update_threads}")
@@ -171,6 +173,11 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         raise ConfigError(
             f"loop.update_threads={config.loop.update_threads} is the local runner's data parallelism; the Ray runner "
             "parallelises over runner.num_workers: set loop.update_threads=1"
+        )
+    if config.loop.rollout_threads > 1 and config.loop.engine != "hf":
+        raise ConfigError(
+            f"loop.rollout_threads={config.loop.rollout_threads} shares one transformers generator between threads; "
+            f"the {config.loop.engine} engine batches on its own: set loop.rollout_threads=1"
         )
     if not config.logging.calibration_seconds >= 0 or config.logging.calibration_seconds > 60:
         raise ConfigError(

@@ -591,6 +591,13 @@ def collect_branches(
     return episodes
 
 
+def draws_no_torch_randomness(config: RolloutConfig) -> bool:
+    """Whether :func:`collect_groups` under ``config`` leaves torch's global random generator alone: branch
+    scoring does (its continuation worlds come from numpy generators of their own), sampled plays and greedy
+    branch continuations with sampled worlds seed it for every turn."""
+    return config.branching and (config.branch_continuation != "greedy" or config.branch_worlds == 0)
+
+
 def collect_groups(
     generator: Generator,
     mazes: Sequence[MazeSpec],

@@ -28,6 +28,7 @@ import numpy as np
 from algos.data import Episode
 from mazegym.evalsets import EVAL_SETS, load_eval_set
 from runners.rollout.collect import RolloutConfig, evaluate_mazes, play_episodes
+from runners.rollout.threads import map_slices
 
 RECORDS_FORMAT = 1
 """Version of the per-maze eval record files (bumped when a field changes meaning)."""
@@ -242,13 +243,24 @@ def play_eval_mazes(
     temperature: float = 0.0,
     start: int = 0,
     stop: int | None = None,
+    threads: int = 1,
 ) -> list[Episode]:
     """Play mazes ``[start, stop)`` of eval set ``set_name`` once each (greedy unless ``temperature`` > 0).
 
-    Maze ``i`` is played with seed ``i`` whichever slice it is in, so a set split over workers gives
-    the episodes one whole-set evaluation gives.
+    Maze ``i`` is played with seed ``i`` whichever slice it is in, so a set split over workers (or,
+    greedy, over ``threads`` threads sharing ``generator``) gives the episodes one whole-set
+    evaluation gives.
     """
     mazes = load_eval_set(set_name)[start:stop]
+    if threads > 1 and temperature <= 0:
+
+        def play(part: Sequence[Any], lo: int) -> list[Episode]:
+            played = play_eval_mazes(generator, set_name, rollout, temperature, start + lo, start + lo + len(part))
+            for ep in played:
+                ep.group_id += lo
+            return played
+
+        return map_slices(play, mazes, threads)
     config = eval_rollout_config(rollout, set_name, temperature)
     episodes: list[Episode] = []
     for lo in range(0, len(mazes), EVAL_BATCH):
@@ -269,14 +281,16 @@ def evaluate_set(
     rollout: RolloutConfig,
     temperature: float = 0.0,
     return_episodes: bool = False,
+    threads: int = 1,
 ) -> dict[str, Any] | tuple[dict[str, Any], list[Episode]]:
-    """Play every maze of ``set_name`` once (greedy unless ``temperature`` > 0) and summarise.
+    """Play every maze of ``set_name`` once (greedy unless ``temperature`` > 0; greedy on ``threads`` threads)
+    and summarise.
 
     The summary includes the per-maze records (``"mazes"``) and replay settings (``"env"``), see
     :func:`eval_summary`.
     """
     config = eval_rollout_config(rollout, set_name, temperature)
-    episodes = play_eval_mazes(generator, set_name, rollout, temperature)
+    episodes = play_eval_mazes(generator, set_name, rollout, temperature, threads=threads)
     summary = eval_summary(set_name, episodes, config, temperature)
     return (summary, episodes) if return_episodes else summary
 

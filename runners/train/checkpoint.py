@@ -21,7 +21,11 @@ and the manifest must list every file of :data:`REQUIRED_FILES`; a checkpoint th
 
 Every checkpoint belongs to one run (a random run id in its manifest and in ``latest``).
 Selection follows ``latest``; pruning deletes only the current run's checkpoints; a fresh
-start in a directory that holds another run's checkpoints is refused (:meth:`CheckpointManager.start_run`).
+start in a directory that holds another run's checkpoints is refused, and so is resuming a
+checkpoint of another run dir (:meth:`CheckpointManager.start_run`). Each manifest names the
+checkpoint it continues (``follows``), so a checkpoint newer than ``latest`` is resumed only when
+it continues the marked one (a save that crashed before its marker), never when it was left
+from before a rewind (resuming an older checkpoint makes ``latest`` name it).
 """
 
 from __future__ import annotations
@@ -87,14 +91,18 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(directory: Path, step: int, run_id: str | None = None) -> dict:
-    """Hash every file under ``directory`` into ``manifest.json`` (and fsync everything)."""
+def write_manifest(directory: Path, step: int, run_id: str | None = None, follows: dict | None = None) -> dict:
+    """Hash every file under ``directory`` into ``manifest.json`` (and fsync everything).
+
+    ``follows`` names the checkpoint this one continues (``{"name", "manifest_sha256"}``), so that after a
+    rewind the abandoned later checkpoints are told apart from a save that crashed before its marker.
+    """
     files = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
         rel = path.relative_to(directory).as_posix()
         files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         fsync_path(path)
-    manifest = {"step": int(step), "run_id": run_id, "files": files}
+    manifest = {"step": int(step), "run_id": run_id, "follows": follows, "files": files}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))
     fsync_path(directory / MANIFEST)
     for sub in [directory, *(p for p in directory.rglob("*") if p.is_dir())]:
@@ -228,7 +236,7 @@ class CheckpointManager:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=self.root))
         try:
             write(tmp)
-            write_manifest(tmp, step, self.run_id)
+            write_manifest(tmp, step, self.run_id, self._marked_checkpoint())
             replace_dir(tmp, final)
             self._write_latest(final.name)
         finally:
@@ -236,6 +244,28 @@ class CheckpointManager:
                 shutil.rmtree(tmp, ignore_errors=True)
         self.prune()
         return final
+
+    def _marked_checkpoint(self) -> dict | None:
+        """``{"name", "manifest_sha256"}`` of the checkpoint ``latest`` names when it is this run's, else None."""
+        named, run = self.marker()
+        path = self.root / named / MANIFEST if named else None
+        if path is None or run != self.run_id or not path.is_file():
+            return None
+        return {"name": named, "manifest_sha256": sha256_file(path)}
+
+    def _continues(self, path: Path, named: str) -> bool:
+        """Whether checkpoint ``path`` (newer than the marker's ``named``) was saved continuing ``named``: a save
+        that crashed before its marker. A checkpoint left from before a rewind continues another one."""
+        manifest, _ = read_manifest(path)
+        if manifest is None:
+            return True  # broken: verification says so when it comes to it
+        follows = manifest.get("follows")
+        if not isinstance(follows, dict):
+            return "follows" not in manifest  # written before checkpoints said what they continue
+        marked = self.root / named / MANIFEST
+        return (
+            follows.get("name") == named and marked.is_file() and follows.get("manifest_sha256") == sha256_file(marked)
+        )
 
     def _write_latest(self, name: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".latest.", dir=self.root)
@@ -298,7 +328,10 @@ class CheckpointManager:
             run = run or run_id_of(self.root / named)
             newer = [p for p in everything if p.name > named]
             older = [p for p in everything if p.name < named]
-            candidates = newer + [self.root / named] + older
+            abandoned = [p for p in newer if run_id_of(p) == run and not self._continues(p, named)]
+            for path in abandoned:
+                self.log(f"[checkpoint] {path}: left from before a rewind to {named}, skipped")
+            candidates = [p for p in newer if p not in abandoned] + [self.root / named] + older
         for path in candidates:
             if not path.is_dir():
                 self.log(f"[checkpoint] {path}: missing, skipped (named by {self.root / LATEST})")
@@ -337,6 +370,14 @@ class CheckpointManager:
         and is refused while the directory holds checkpoints of an earlier run: they would
         otherwise be mixed with this run's.
         """
+        if resume not in ("auto", "latest", "none"):
+            given = Path(resume)
+            inside = given.resolve() if (given / LATEST).is_file() else given.resolve().parent
+            if inside != self.root.resolve():
+                raise ValueError(
+                    f"--resume {resume}: not a checkpoint of this run dir ({self.root}); a run resumes only its own "
+                    "checkpoints (pass --run-dir of the run that wrote it)"
+                )
         path = self.resolve(resume)
         if path is not None:
             self.run_id = run_id_of(path) or new_run_id()
@@ -355,6 +396,16 @@ class CheckpointManager:
             )
         self.run_id = new_run_id()
         return None
+
+    def continue_from(self, path: Path) -> None:
+        """Make ``latest`` name checkpoint ``path``, which a resumed run continues (after its checks passed).
+
+        After a rewind (resuming an older checkpoint than ``latest`` names) the marker then names the
+        rewound one, so later saves record it as what they follow and the checkpoints left from before
+        the rewind are never resumed by ``--resume latest``.
+        """
+        if path.parent.resolve() == self.root.resolve() and self.marker()[0] != path.name:
+            self._write_latest(path.name)
 
 
 # --------------------------------------------------------------------------- a run's checkpoint content

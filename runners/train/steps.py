@@ -27,8 +27,9 @@ from algos.data import Episode
 from mazegym.evalsets import MazeStream
 from runners.config import TrainConfig
 from runners.config.derived import rollout_config, step_seed
-from runners.rollout.collect import RolloutConfig, collect_groups
+from runners.rollout.collect import RolloutConfig, collect_groups, draws_no_torch_randomness
 from runners.rollout.evaluate import evaluate_set, play_eval_mazes
+from runners.rollout.threads import map_slices
 
 
 def set_threads(config: TrainConfig) -> None:
@@ -55,16 +56,22 @@ def play_step_mazes(
     """Play step ``step``'s maze groups; ``offset`` = index of ``mazes[0]`` among the step's mazes.
 
     Group ids and env seeds depend only on (step, index of the maze in the step), so a worker
-    playing a slice of the step's mazes produces exactly what one process playing all would.
+    playing a slice of the step's mazes produces exactly what one process playing all would; the
+    same holds for the ``loop.rollout_threads`` slices a branching step is split into.
     """
     rollout = rollout or rollout_config(config)
-    return collect_groups(
-        generator,
-        mazes,
-        rollout,
-        seed=step_seed(config, step) + offset * rollout.group_size,
-        group_offset=step * config.loop.mazes_per_step + offset,
-    )
+
+    def play(part: Sequence[Any], start: int) -> list[Episode]:
+        return collect_groups(
+            generator,
+            part,
+            rollout,
+            seed=step_seed(config, step) + (offset + start) * rollout.group_size,
+            group_offset=step * config.loop.mazes_per_step + offset + start,
+        )
+
+    threads = config.loop.rollout_threads if draws_no_torch_randomness(rollout) else 1
+    return map_slices(play, mazes, threads)
 
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:
@@ -122,7 +129,13 @@ def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) 
     """Greedy (or eval.temperature) evaluation on a fixed set (default: maze.eval_set)."""
     name = set_name or config.maze.eval_set
     with vision_iterations_for(generator, config, name) as iterations:
-        result = evaluate_set(generator, name, rollout_config(config), temperature=config.eval.temperature)
+        result = evaluate_set(
+            generator,
+            name,
+            rollout_config(config),
+            temperature=config.eval.temperature,
+            threads=config.loop.rollout_threads,
+        )
     if iterations:
         result["vision_iterations"] = iterations
     return result
@@ -131,7 +144,15 @@ def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) 
 def eval_episodes(generator: Any, config: TrainConfig, set_name: str, start: int, stop: int) -> list[Episode]:
     """Play mazes ``[start, stop)`` of ``set_name`` as :func:`eval_step` plays them (a worker's share of a set)."""
     with vision_iterations_for(generator, config, set_name):
-        return play_eval_mazes(generator, set_name, rollout_config(config), config.eval.temperature, start, stop)
+        return play_eval_mazes(
+            generator,
+            set_name,
+            rollout_config(config),
+            config.eval.temperature,
+            start,
+            stop,
+            threads=config.loop.rollout_threads,
+        )
 
 
 @contextlib.contextmanager
