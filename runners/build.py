@@ -196,9 +196,21 @@ def build_sft_stream(config: TrainConfig) -> MazeStream:
 
 
 def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> Path:
-    """Build the base model and run the SFT stage (:func:`runners.train.sft.run_sft`); returns its result dir."""
+    """Build the base model and run the SFT stage (:func:`runners.train.sft.run_sft`); returns its result dir.
+
+    Refused in a run dir that holds RL checkpoints: they were trained on the SFT result there, which a new
+    SFT stage would replace under them.
+    """
+    from runners.config import ConfigError
+
     set_threads(config)
     with run_dir_lock(config.run_dir):  # re-entrant: `mazegym train` already holds it
+        held = [path.name for _, path in CheckpointManager(Path(config.run_dir) / "checkpoints").list()]
+        if held:
+            raise ConfigError(
+                f"{config.run_dir} holds RL checkpoints ({', '.join(held[-3:])}) trained on its SFT result; a new SFT "
+                "stage would replace the model under them. Run SFT in another run dir, or move the checkpoints aside"
+            )
         return sftmod.run_sft(config, prepare_base_model(config), build_sft_stream(config), log=log, metrics=metrics)
 
 
@@ -292,6 +304,33 @@ def refuse_changed_recipe(config: TrainConfig, checkpoint: Path) -> None:
         )
 
 
+def refuse_other_sft(config: TrainConfig, checkpoint: Path) -> None:
+    """Raise ConfigError when checkpoint ``checkpoint`` was trained on another SFT result than the run dir holds
+    now (replaced, or missing); checkpoints that recorded none, and ``sft.checkpoint`` starts, are not checked."""
+    import json
+
+    from runners.config import ConfigError
+
+    try:
+        trained_on = json.loads((Path(checkpoint) / "state.json").read_text()).get("sft_fingerprint")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return  # the checkpoint's own validity checks report a broken state.json
+    if not isinstance(trained_on, str) or config.sft.checkpoint or config.sft.enabled == "never":
+        return
+    now = sftmod.recorded_fingerprint(config)
+    if now is None:
+        raise ConfigError(
+            f"{checkpoint} was trained on the SFT result in {sftmod.sft_dir(config)}, which is missing or unfinished; "
+            "its adapter means nothing on another model. Restore that SFT result, or start a new run"
+        )
+    if now != trained_on:
+        raise ConfigError(
+            f"{checkpoint} was trained on another SFT result than {sftmod.sft_dir(config)} holds now (fingerprint "
+            f"{trained_on[:12]}, now {now[:12]}): the SFT stage was rerun under it. Use the SFT result it was trained "
+            "on, or start a new run"
+        )
+
+
 def open_run(
     config: TrainConfig, log: Callable[[str], None] = print, command: str | None = None
 ) -> tuple[Path, CheckpointManager, Path | None, MetricsLogger]:
@@ -309,6 +348,7 @@ def open_run(
     resume_from = manager.start_run(config.checkpoint.resume)
     if resume_from is not None:
         refuse_changed_recipe(config, resume_from)
+        refuse_other_sft(config, resume_from)
         manager.continue_from(resume_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", to_dict(config))

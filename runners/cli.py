@@ -214,7 +214,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from runners.train.checkpoint import CheckpointManager
     from runners.config import validate
     from runners.rollout.evaluate import format_table, write_json
-    from runners.build import base_model_dir, build_generator, trained_model
+    from runners.build import base_model_dir, build_generator, refuse_other_sft, trained_model
     from runners.train.steps import eval_step, set_threads
 
     config = eval_config(args)
@@ -229,6 +229,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.checkpoint or (adapter is None and not args.model):
         ckpt = manager.resolve(args.checkpoint or "latest")
         if ckpt is not None:
+            if not args.model:
+                refuse_other_sft(config, ckpt)
             adapter, what = ckpt / "adapter", f"checkpoint {ckpt}"
         elif args.checkpoint:
             raise ValueError(f"no valid checkpoint in {manager.root}; train first or pass --adapter/--model")

@@ -18,7 +18,7 @@ from pathlib import Path
 from runners import atomic
 from runners.train.checkpoint import CheckpointManager
 from runners.train.run_lock import run_dir_lock
-from runners.build import trained_model
+from runners.build import refuse_other_sft, trained_model
 from runners.config import TrainConfig
 
 
@@ -45,6 +45,8 @@ def export(
             raise FileNotFoundError(
                 f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first"
             )
+        if ckpt is not None:
+            refuse_other_sft(config, ckpt)
         model = trained_model(config, build_base=False)[0]
         if not (model / "config.json").is_file():
             raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")

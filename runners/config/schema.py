@@ -160,9 +160,10 @@ class LoopConfig:
     a core. The Ray runner parallelises over ``runner.num_workers`` instead (set 1 there).
     """
     rollout_threads: int = 1
-    """Local runner, ``hf`` engine: play a step's mazes and each evaluation on this many threads that share the
-    generator, each a contiguous slice of the mazes (the result is the same as on one thread). Branch scoring and
-    greedy evaluation use them; sampled plays run on one thread (they seed torch's global generator per turn).
+    """``hf`` engine: play a step's mazes and each evaluation on this many threads that share the generator, each a
+    contiguous slice of the mazes (the result is the same as on one thread). Branch scoring and greedy evaluation use
+    them; sampled plays run on one thread (they seed torch's global generator per turn), and so does the ``vllm``
+    engine, which batches on its own.
     """
     overlap_generation: bool = False
     """One-step off-policy: collect step t+1's rollouts with the weights of step t-1 while step t's update runs (the

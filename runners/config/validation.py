@@ -174,11 +174,6 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"loop.update_threads={config.loop.update_threads} is the local runner's data parallelism; the Ray runner "
             "parallelises over runner.num_workers: set loop.update_threads=1"
         )
-    if config.loop.rollout_threads > 1 and config.loop.engine != "hf":
-        raise ConfigError(
-            f"loop.rollout_threads={config.loop.rollout_threads} shares one transformers generator between threads; "
-            f"the {config.loop.engine} engine batches on its own: set loop.rollout_threads=1"
-        )
     if not config.logging.calibration_seconds >= 0 or config.logging.calibration_seconds > 60:
         raise ConfigError(
             f"logging.calibration_seconds must be between 0 (skip) and 60, got {config.logging.calibration_seconds}"

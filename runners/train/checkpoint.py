@@ -7,7 +7,7 @@ Layout of ``<run_dir>/checkpoints``::
         adapter/value_head.safetensors   the critic's weights (runs with a value head, i.e. ppo, only)
         trainer_state.pt     optimizer, scheduler, algorithm RNG (tensors only: loaded with weights_only=True)
         rng_state.json       python, numpy and torch RNG states
-        state.json           step counter, maze stream position, metrics so far, config
+        state.json           step counter, maze stream position, metrics so far, config, the SFT result's fingerprint
         manifest.json        run id, sha256 and size of every file above (written last inside the dir)
     step_000020/...
     latest                   "step_000020" and the run id: the commit marker, replaced atomically, written last
@@ -48,6 +48,7 @@ import algos
 from mazegym.evalsets import MazeStream
 from runners.atomic import fsync_path, replace_dir
 from runners.config import TrainConfig, to_dict
+from runners.train.sft import recorded_fingerprint
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
@@ -457,7 +458,13 @@ def save_checkpoint(
         policy.save_adapter(tmp / "adapter")
         torch.save(algorithm.state_dict(), tmp / "trainer_state.pt")
         (tmp / "rng_state.json").write_text(json.dumps(rng_state()))
-        state = {"step": step, "stream": stream_state, "config": to_dict(config), **extra}
+        state = {
+            "step": step,
+            "stream": stream_state,
+            "config": to_dict(config),
+            "sft_fingerprint": recorded_fingerprint(config),  # the SFT result these weights were trained on
+            **extra,
+        }
         (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
 
     return manager.save(step, write)

@@ -400,6 +400,32 @@ def sft_dir(config: TrainConfig) -> Path:
     return Path(config.run_dir) / "sft"
 
 
+def result_fingerprint(directory: Path) -> str:
+    """sha256 over the relative names and bytes of every file of an SFT result (weights, configs, tokenizer)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.is_symlink()):
+        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def recorded_fingerprint(config: TrainConfig) -> str | None:
+    """The fingerprint the run's own SFT stage recorded for its result (None: no finished SFT stage here, or
+    ``sft.checkpoint`` names an SFT result elsewhere)."""
+    if config.sft.checkpoint or not (sft_dir(config) / "DONE").is_file():
+        return None
+    try:
+        info = json.loads((sft_dir(config) / "sft_info.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    value = info.get("fingerprint") if isinstance(info, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def find_sft_checkpoint(config: TrainConfig) -> Path | None:
     """An existing SFT result: ``sft.checkpoint`` or ``<run_dir>/sft/{model,adapter}`` when complete."""
     if config.sft.checkpoint:
@@ -420,12 +446,29 @@ def run_sft(
 ) -> Path:
     """The SFT stage of a run: demonstrations from ``mazes`` on base model ``base``, written to
     ``<run_dir>/sft``; returns the SFT model dir (full mode) or adapter dir (lora mode)."""
+    final_dir = sft_dir(config)
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside its place and swapped in when complete: a killed SFT stage leaves the previous result whole.
+    out = atomic.temp_dir_beside(final_dir)
+    try:
+        return _run_sft_into(config, base, mazes, out, final_dir, log, metrics)
+    finally:
+        if out.exists():
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _run_sft_into(
+    config: TrainConfig,
+    base: Path,
+    mazes: MazeStream,
+    out: Path,
+    final_dir: Path,
+    log: Callable[[str], None],
+    metrics: MetricsLogger | None,
+) -> Path:
+    """:func:`run_sft`'s work, written into the temporary dir ``out`` and swapped into ``final_dir`` at the end."""
     from runners.rollout.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer
 
-    out = sft_dir(config)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
     if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
         discard_sft_records(metrics)
     seed_everything(config.sft.seed)
@@ -546,9 +589,12 @@ def run_sft(
         "final": final,
         "vision_final": vision_final,
         "mode": config.sft.mode,
+        "fingerprint": result_fingerprint(target),
     }
     write_json(out / "sft_info.json", info)
     atomic.write_text(out / "DONE", "ok\n")
+    atomic.replace_dir(out, final_dir)
+    target = final_dir / target.name
     log(
         f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
         f"in {info['seconds']:.0f}s -> {target}"

@@ -70,8 +70,13 @@ def play_step_mazes(
             group_offset=step * config.loop.mazes_per_step + offset + start,
         )
 
-    threads = config.loop.rollout_threads if draws_no_torch_randomness(rollout) else 1
+    threads = rollout_threads(config) if draws_no_torch_randomness(rollout) else 1
     return map_slices(play, mazes, threads)
+
+
+def rollout_threads(config: TrainConfig) -> int:
+    """Threads that share the generator for a step's branch scoring and for greedy evaluation (``hf`` engine only)."""
+    return config.loop.rollout_threads if config.loop.engine == "hf" else 1
 
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:
@@ -134,7 +139,7 @@ def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) 
             name,
             rollout_config(config),
             temperature=config.eval.temperature,
-            threads=config.loop.rollout_threads,
+            threads=rollout_threads(config),
         )
     if iterations:
         result["vision_iterations"] = iterations
@@ -151,7 +156,7 @@ def eval_episodes(generator: Any, config: TrainConfig, set_name: str, start: int
             config.eval.temperature,
             start,
             stop,
-            threads=config.loop.rollout_threads,
+            threads=rollout_threads(config),
         )
 
 
