@@ -177,6 +177,27 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+RUN_CONFIG_SECTIONS = ("model", "maze", "rollout", "algo", "loop", "sft")
+"""Sections every run's ``config.json`` holds (it is the whole config, written by ``mazegym train``)."""
+
+
+def read_run_config(path: Path) -> dict:
+    """A run's saved ``config.json`` as a dict; ValueError naming the file when it is not one mazegym wrote (not
+    JSON, not an object, sections missing): evaluating defaults instead would score a random model."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is unreadable ({type(exc).__name__}): not a mazegym run config") from None
+    missing = [s for s in RUN_CONFIG_SECTIONS if not isinstance(data, dict) or not isinstance(data.get(s), dict)]
+    if missing:
+        raise ValueError(
+            f"{path} is not a mazegym run config (no {', '.join(missing)} section"
+            f"{'s' if len(missing) > 1 else ''}): the file is damaged or from elsewhere; rerun `mazegym train` there, "
+            "or pass --model DIR to evaluate a model outside a run"
+        )
+    return data
+
+
 def eval_config(args: argparse.Namespace):
     """The config of the run being evaluated: ``<run_dir>/config.json`` (then --config files and overrides).
 
@@ -190,7 +211,7 @@ def eval_config(args: argparse.Namespace):
         run_dir = Path(args.run_dir or config.run_dir)
         saved = run_dir / "config.json"
         if saved.is_file():
-            config = from_dict(json.loads(saved.read_text()))
+            config = from_dict(read_run_config(saved))
             for path in args.config:
                 load_config_file(config, path)
             config.run_dir = str(run_dir)

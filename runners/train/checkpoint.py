@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -482,7 +483,15 @@ def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream)
     plain containers only) and the RNG states are JSON.
     """
     policy.load_adapter(path / "adapter")
-    algorithm.load_state_dict(torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu"))
+    try:
+        trainer_state = torch.load(path / "trainer_state.pt", weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError:
+        # torch's own message suggests retrying without weights_only, which would run the file's code.
+        raise ValueError(
+            f"{path / 'trainer_state.pt'} holds objects other than tensors and plain containers; mazegym never "
+            "unpickles code from a checkpoint, so it is refused (a crafted or foreign file)"
+        ) from None
+    algorithm.load_state_dict(trainer_state)
     set_rng_state(json.loads((path / "rng_state.json").read_text()))
     state = json.loads((path / "state.json").read_text())
     stream.load_state_dict(state["stream"])

@@ -117,3 +117,14 @@ def test_eval_never_rebuilds_the_runs_base_model(tmp_path, calls, monkeypatch):
     assert main(["eval", "--run-dir", str(run), "rollout.max_moves=30", "--sets", "heldout-7x7"]) == 0
     assert not rebuilt and calls["model_dir"] == base
     assert (base / "config.json").read_text() == '{"built": "by training"}'
+
+
+@pytest.mark.parametrize("text", ["[]", "{}", '{"model": []}', "not json"])
+def test_a_config_json_mazegym_did_not_write_is_refused_naming_it(tmp_path, calls, capsys, text):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(text)
+    assert main(["eval", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "config.json" in err and "not a mazegym run config" in err and "Traceback" not in err
+    assert "config" not in calls  # nothing was built, no random model evaluated

@@ -44,8 +44,9 @@ def test_crafted_trainer_state_does_not_run_code(tmp_path):
     marker = tmp_path / "pwned"
     torch.save({"optimizer": _Payload(marker)}, path / "trainer_state.pt")
     write_manifest(path, 1, json.loads((path / "manifest.json").read_text())["run_id"])  # an attacker can recompute it
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="never unpickles") as refused:
         load_checkpoint(path, FakeAdapterPolicy(), net_algorithm(stepped=False), MazeStream(size=7, seed=0))
+    assert "weights_only=False" not in str(refused.value)  # never the hint to load it unsafely
     assert not marker.exists(), "loading a checkpoint executed code from trainer_state.pt"
 
 
