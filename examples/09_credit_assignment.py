@@ -7,7 +7,7 @@ within that cell's group). This script plays 8 rollouts of a few mazes with an u
 policy, labels each move with the oracle (does it bring the agent closer to the goal?), and
 prints how well each estimator separates good moves from bad ones -- no training involved::
 
-    python examples/06_credit_assignment.py [--mazes 8] [--seed 0] [--shaping]
+    python examples/09_credit_assignment.py [--mazes 8] [--seed 0] [--shaping]
 
 With sparse reward most rollouts of a random policy fail, so both estimators see little;
 ``--shaping`` (potential-based, policy-invariant) gives every move a signal.

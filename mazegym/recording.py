@@ -93,8 +93,10 @@ def encode_gif(frames: Sequence[np.ndarray], fps: float = 4.0, hold_last: int = 
     return buffer.getvalue()
 
 
-def save_gif(frames: Sequence[np.ndarray], path: str | Path, fps: float = 4.0, hold_last: int = 2) -> Path:
-    """Write RGB frames to an animated GIF file (see :func:`encode_gif`)."""
+def save_gif(frames: "Sequence[np.ndarray] | Replay", path: str | Path, fps: float = 4.0, hold_last: int = 2) -> Path:
+    """Write RGB frames (or a :class:`Replay`'s frames) to an animated GIF file (see :func:`encode_gif`)."""
+    if isinstance(frames, Replay):
+        frames = frames.frames
     if len(frames) == 0:
         raise ValueError("save_gif needs at least one frame")
     path = Path(path)

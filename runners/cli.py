@@ -596,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyError as exc:
         key = exc.args[0] if exc.args else "?"
+        if isinstance(key, str) and " " in key:  # a lookup that explains itself (an unknown name and the choices)
+            print(f"mazegym {args.command}: error: {key}", file=sys.stderr)
+            return 2
         print(
             f"mazegym {args.command}: error (KeyError): missing key {key!r} in data this command read; the file is "
             f"probably from another mazegym version or damaged: rerun the step that wrote it",
@@ -605,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError, RunDirBusy) as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
+    except EOFError:
+        print(f"mazegym {args.command}: the input ended (EOF) before the command finished", file=sys.stderr)
+        return 1
     except RecursionError:
         print(
             f"mazegym {args.command}: error: a file this command read is nested too deeply to be one mazegym wrote "

@@ -230,7 +230,12 @@ def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
             raise ConfigError(
                 f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the config as JSON"
             ) from None
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            raise ConfigError(f"{path}: invalid YAML{at} ({getattr(exc, 'problem', None) or 'unreadable'})") from None
     else:
         try:
             data = json.loads(text)

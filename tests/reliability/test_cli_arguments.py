@@ -31,3 +31,32 @@ def test_deeply_nested_json_in_a_run_dir_is_one_line(tmp_path, capsys):
     code = cli.main(["report", str(run)])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, err[-500:]
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["presets", "--algo", "grop"], "unknown algorithm 'grop'; available: grpo"),
+        (["play", "--eval-set", "nosuch"], "unknown eval set 'nosuch'"),
+    ],
+)
+def test_a_mistyped_name_is_reported_as_such_not_as_a_damaged_file(argv, says, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "damaged" not in err and "Traceback" not in err
+
+
+def test_a_malformed_yaml_config_names_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("loop:\n  steps: [1,\n")
+    assert cli.main(["train", "--config", str(bad), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: invalid YAML at line 3" in err and "Traceback" not in err
+
+
+def test_play_at_the_end_of_its_input_says_so(monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert cli.main(["play", "--size", "7"]) == 1
+    assert "the input ended (EOF)" in capsys.readouterr().err
