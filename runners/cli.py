@@ -498,7 +498,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--temperature", type=_non_negative(float), default=None, help="decoding temperature (default 0 = greedy)"
     )
-    p.add_argument("--json", default=None, help="where to write the JSON results (default <run_dir>/eval/eval.json)")
+    p.add_argument(
+        "--json",
+        default=None,
+        type=output_file,
+        help="where to write the JSON results (default <run_dir>/eval/eval.json)",
+    )
 
     p = sub.add_parser(
         "report",
@@ -510,7 +515,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-maze-vlm)")
-    p.add_argument("--out", default=None, help="where to write the HTML (default RUN_DIR/report.html)")
+    p.add_argument(
+        "--out", default=None, type=output_file, help="where to write the HTML (default RUN_DIR/report.html)"
+    )
     p.add_argument(
         "--replays", type=_non_negative(int), default=3, help="GIF replays per outcome, solved and failed (default 3)"
     )
@@ -575,9 +582,17 @@ def _non_negative(kind: type) -> Callable[[str], float | int]:
     return parse
 
 
+def output_file(text: str) -> str:
+    """argparse type of an output *file* argument: refuses a path that is an existing directory, up front."""
+    if Path(text).expanduser().is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory; name the file to write inside it")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mazegym`` script."""
     from runners.config import ConfigError
+    from runners.train.checkpoint import CheckpointWriteError
     from runners.train.run_lock import RunDirBusy
     from runners.train.sync import AdapterSyncError
 
@@ -605,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError, RunDirBusy) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError, RunDirBusy, CheckpointWriteError) as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
     except EOFError:

@@ -205,6 +205,10 @@ def run_id_of(directory: str | Path) -> str | None:
     return manifest.get("run_id") if manifest else None
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, a read-only or vanished directory); the committed ones stand."""
+
+
 class CheckpointManager:
     """Writes, lists, verifies and prunes the checkpoints of one run directory."""
 
@@ -241,6 +245,13 @@ class CheckpointManager:
             write_manifest(tmp, step, self.run_id, self._marked_checkpoint())
             replace_dir(tmp, final)
             self._write_latest(final.name)
+        except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as a RuntimeError
+            marked = self.marker()[0]
+            standing = f"the last committed checkpoint, {marked}, is intact" if marked else "none was committed yet"
+            raise CheckpointWriteError(
+                f"writing checkpoint {final.name} into {self.root} failed ({type(exc).__name__}: {exc}); {standing}: "
+                "free space (or fix the directory), then rerun with --resume latest"
+            ) from exc
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -60,3 +60,11 @@ def test_play_at_the_end_of_its_input_says_so(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert cli.main(["play", "--size", "7"]) == 1
     assert "the input ended (EOF)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["report", "RUN", "--out"], ["eval", "--json"]])
+def test_an_output_file_argument_naming_a_directory_exits_2_before_any_work(command, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*command, str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "is a directory; name the file" in capsys.readouterr().err
