@@ -392,7 +392,12 @@ class LoRALMPolicy:
                 f"adapter in {directory} has rank {saved.get('r')}, this policy rank "
                 f"{self.model.peft_config['default'].r}"
             )
-        state = load_file(str(weights), device=str(self.device))
+        try:
+            state = load_file(str(weights), device=str(self.device))
+        except Exception as exc:  # safetensors raises its own error types for a torn or garbled header
+            raise ValueError(
+                f"{weights} is not a readable safetensors file ({type(exc).__name__}: {exc}); the adapter is corrupt"
+            ) from None
         check_adapter_keys(peft.get_peft_model_state_dict(self.model).keys(), state.keys(), directory)
         critic = None
         if self.has_value_head:

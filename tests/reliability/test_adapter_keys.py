@@ -89,3 +89,20 @@ def test_vllm_generator_refuses_before_the_engine_sees_the_adapter(model_path, a
         with pytest.raises(ValueError, match=pattern):
             generator.load_adapter(adapters[kind], 1)
     assert generator.llm.llm_engine.added == [] and generator.adapter_version == 0
+
+
+@pytest.mark.parametrize("header", [b"\xff" * 8 + b"{not json", b"\x10\x00\x00\x00\x00\x00\x00\x00[1, 2, 3]     "])
+def test_a_crafted_safetensors_header_is_one_clear_error_for_trainer_and_generator(
+    model_path, adapters, tmp_path, header
+):
+    from runners.rollout.generation.hf import HFGenerator
+
+    crafted = tmp_path / "crafted"
+    shutil.copytree(adapters["good"], crafted)
+    (crafted / "adapter_model.safetensors").write_bytes(header)
+    with pytest.raises(ValueError, match="not a readable safetensors file.*corrupt"):
+        _policy(model_path).load_adapter(crafted)
+    generator = HFGenerator(model_path)
+    with pytest.raises(ValueError, match="not a readable safetensors file.*corrupt"):
+        generator.load_adapter(crafted, 1)
+    assert generator.adapter_version == 0

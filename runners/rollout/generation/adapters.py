@@ -33,17 +33,27 @@ def _expected_keys(model_path: str, adapter_config: str) -> frozenset[str]:
 
 def expected_adapter_keys(model_path: str | Path, adapter_dir: str | Path) -> frozenset[str]:
     """The tensor names a PEFT adapter with ``adapter_dir``'s config holds for the model at ``model_path``."""
-    saved = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+    path = Path(adapter_dir) / "adapter_config.json"
+    try:
+        saved = json.loads(path.read_text())
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is unreadable ({type(exc).__name__}): not a PEFT adapter config") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} holds a {type(saved).__name__}, not a PEFT adapter config")
     saved.pop("base_model_name_or_path", None)
     return _expected_keys(str(model_path), json.dumps(saved, sort_keys=True))
 
 
 def adapter_tensor_names(adapter_dir: str | Path) -> set[str]:
     """The tensor names stored in ``adapter_dir/adapter_model.safetensors`` (header only, no data read)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(Path(adapter_dir) / "adapter_model.safetensors"), framework="pt") as fh:
-        return set(fh.keys())
+    path = Path(adapter_dir) / "adapter_model.safetensors"
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return set(fh.keys())
+    except SafetensorError as exc:  # a torn or crafted header
+        raise ValueError(f"{path} is not a readable safetensors file ({exc}); the adapter is corrupt") from None
 
 
 def check_adapter(model_path: str | Path, adapter_dir: str | Path) -> None:
