@@ -396,7 +396,12 @@ def print_plan(config) -> int:
             if loop.overlap_generation
             else ""
         )
-        + (f"; the update runs on {loop.update_threads} threads" if loop.update_threads > 1 else ""),
+        + (f"; the update runs on {loop.update_threads} threads" if loop.update_threads > 1 else "")
+        + (
+            f"; branch scoring and greedy evaluation on {loop.rollout_threads} threads"
+            if loop.rollout_threads > 1 and loop.engine == "hf"
+            else ""
+        ),
         f"  generation   engine {loop.engine}"
         + (
             f", vLLM gpu_memory_utilization {config.runner.vllm_gpu_memory_utilization}"
