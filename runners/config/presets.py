@@ -20,8 +20,9 @@
   turns (``algo.epochs=3``), lr 1e-3 decaying linearly to 1e-4 over the 120 RL steps. The step budget
   decides the result; the 40-minute cap (``loop.max_minutes``) is only a safety net. Both cores work:
   each step's rollouts are collected while the previous step's update runs
-  (``loop.overlap_generation``), and the update runs on two threads (``loop.update_threads=2``). Its
-  measured lift is in the README ("The main job").
+  (``loop.overlap_generation``), the update runs on two threads (``loop.update_threads=2``), and branch
+  scoring and greedy evaluation play half of their mazes on each of two threads (``loop.rollout_threads=2``);
+  evaluation every 10 steps. Its measured lift is in the README ("The main job").
 * ``cpu-tiny-vlm``: the text recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,
