@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,10 +48,7 @@ def prepare_base_model(config: TrainConfig) -> Path:
     """Build the tiny model (with task tokens / image budget) unless ``model.path`` names one."""
     if config.model.path:
         return base_model_dir(config)
-    from runners import tiny
-
     out = base_model_dir(config)
-    marker = out / "mazegym_base.json"
     recipe = {
         "model": dataclasses.asdict(config.model),
         "size": config.maze.size,
@@ -58,8 +56,46 @@ def prepare_base_model(config: TrainConfig) -> Path:
         "obs_mode": config.rollout.obs_mode,
         "seed": config.sft.seed,
     }
-    if marker.is_file() and json.loads(marker.read_text()) == recipe:
+    if _built_base_model(out) == recipe:
         return out
+    # Built whole beside its place and swapped in: a crash never leaves a model half-built (or tokens added
+    # to a model that was already marked as finished).
+    tmp = atomic.temp_dir_beside(out)
+    try:
+        _build_tiny_model(config, tmp)
+        atomic.write_json(
+            tmp / BASE_MARKER, {**recipe, "fingerprint": sftmod.result_fingerprint(tmp, skip=(BASE_MARKER,))}
+        )
+        atomic.replace_dir(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+BASE_MARKER = "mazegym_base.json"
+"""The file naming what a built base model was built from (its recipe) and a fingerprint of its files."""
+
+
+def _built_base_model(out: Path) -> dict | None:
+    """The recipe ``out``'s base model was built from, when its marker is intact and its files still match the
+    fingerprint the marker recorded; else None (missing, edited or foreign: it is rebuilt)."""
+    try:
+        saved = json.loads((out / BASE_MARKER).read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    fingerprint = saved.pop("fingerprint", None)
+    if fingerprint != sftmod.result_fingerprint(out, skip=(BASE_MARKER,)):
+        return None
+    return saved
+
+
+def _build_tiny_model(config: TrainConfig, out: Path) -> None:
+    """Build the tiny model of ``config.model`` into the empty directory ``out`` (with its task tokens)."""
+    from runners import tiny
+
     m = config.model
     shape = dict(
         num_hidden_layers=m.tiny_layers,
@@ -89,8 +125,6 @@ def prepare_base_model(config: TrainConfig) -> Path:
                 config.maze.size, config.rollout.max_moves, config.rollout.obs_mode, config.rollout.require_stop
             ),
         )
-    atomic.write_json(marker, recipe)
-    return out
 
 
 def build_generator(

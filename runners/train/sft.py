@@ -400,12 +400,14 @@ def sft_dir(config: TrainConfig) -> Path:
     return Path(config.run_dir) / "sft"
 
 
-def result_fingerprint(directory: Path) -> str:
-    """sha256 over the relative names and bytes of every file of an SFT result (weights, configs, tokenizer)."""
+def result_fingerprint(directory: Path, skip: Sequence[str] = ()) -> str:
+    """sha256 over the relative names and bytes of every file of a model or SFT result (weights, configs,
+    tokenizer), but the top-level files named in ``skip``."""
     import hashlib
 
     digest = hashlib.sha256()
-    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.is_symlink()):
+    files = (p for p in Path(directory).rglob("*") if p.is_file() and not p.is_symlink())
+    for path in sorted(p for p in files if p.relative_to(directory).as_posix() not in skip):
         digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
         with open(path, "rb") as fh:
             while block := fh.read(1 << 20):
