@@ -30,7 +30,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "sft.random_starts": (0.0, 1.0, False),
     "rollout.temperature": (0.0, None, False),
     "rollout.top_p": (0.0, 1.0, True),
-    "rollout.max_new_tokens": (1, None, False),
+    "rollout.max_new_tokens": (1, 1_000_000, False),
     "eval.temperature": (0.0, None, False),
     "model.tiny_hidden": (64, 8192, False),
     "model.tiny_layers": (1, 64, False),
@@ -46,6 +46,28 @@ BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "sft.steps": (0, 10_000_000, False),
     "sft.batch_size": (1, 1_000_000, False),
     "runner.vllm_gpu_memory_utilization": (0.0, 1.0, True),
+    "model.image_cell_px": (1, 1024, False),
+    "rollout.branch_samples": (1, 100_000, False),
+    "rollout.max_moves": (1, 1_000_000, False),
+    "rollout.history_k": (0, 100_000, False),
+    "maze.stream_seed": (0, 2**31 - 1, False),
+    "loop.seed": (0, 2**31 - 1, False),
+    "sft.seed": (0, 2**31 - 1, False),
+    "sft.detours": (0, 10_000, False),
+    "sft.vision_steps": (0, 10_000_000, False),
+    "sft.localization_weight": (0.0, None, False),
+    "loop.parity_every": (0, 10_000_000, False),
+    "runner.num_gpus": (0, 100_000, False),
+    "runner.num_workers": (1, 100_000, False),
+    "runner.ray.cpus_per_worker": (0.0, None, True),
+    "runner.ray.max_restarts": (0, 10_000, False),
+    "runner.ray.collective_timeout_s": (0.0, None, True),
+    "runner.ray.worker_threads": (1, 1024, False),
+    # Their lower bound (>= 1) is checked in validate() with its own message.
+    "model.vision_patch_px": (None, 4096, False),
+    "lora.rank": (None, 4096, False),
+    "rollout.group_size": (None, 100_000, False),
+    "checkpoint.keep": (None, 1_000_000, False),
 }
 """Ranges of numeric settings: ``key -> (low, high, low excluded)``; None = unbounded on that side. Every float of
 the config (``algo.params`` included) must also be finite; the algorithm checks its own fields' ranges."""
@@ -82,7 +104,7 @@ def check_ranges(config: TrainConfig) -> None:
         too_low = low is not None and (value <= low if low_open else value < low)
         if too_low or (high is not None and value > high):
             lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
-            hi = "" if high is None else f"<= {high:g}"
+            hi = "" if high is None else f"<= {high:g}" if isinstance(high, float) else f"<= {high:_}"
             raise ConfigError(f"{key}={value!r} is out of range: it must be {' and '.join(p for p in (lo, hi) if p)}")
     if not str(config.run_dir).strip():
         raise ConfigError("run_dir is empty: name the directory the run writes to")

@@ -29,6 +29,14 @@ BAD = {
     "lora.dropout=5": "lora.dropout",
     "model.device=nope": "model.device",
     "loop.max_minutes=nan": "loop.max_minutes",
+    "loop.seed=-1": "loop.seed",
+    "maze.stream_seed=-1": "maze.stream_seed",
+    "sft.detours=-1": "sft.detours",
+    "sft.localization_weight=-1": "sft.localization_weight",
+    "model.image_cell_px=0": "model.image_cell_px",
+    "rollout.history_k=-1": "rollout.history_k",
+    "lora.rank=100000": "lora.rank",
+    "runner.num_workers=0": "runner.num_workers",
 }
 
 
@@ -48,3 +56,24 @@ def test_dry_run_exits_2_with_one_line(override, capsys):
 @pytest.mark.parametrize("preset", sorted(TRAINING_PRESETS))
 def test_every_preset_is_in_range(preset):
     validate(get_preset(preset), need_model=False)
+
+
+def _numeric_settings() -> list[str]:
+    """Every int or float setting of the default preset outside ``algo`` (whose algorithm checks its own)."""
+    from runners.config import to_dict
+
+    def walk(data: dict, prefix: str = ""):
+        for key, value in data.items():
+            if isinstance(value, dict):
+                yield from walk(value, f"{prefix}{key}.")
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                yield f"{prefix}{key}"
+
+    return [key for key in walk(to_dict(get_preset("cpu-maze-vlm"))) if not key.startswith("algo.")]
+
+
+@pytest.mark.parametrize("key", _numeric_settings())
+def test_every_numeric_setting_has_a_lower_bound(key):
+    """A setting added later without a range fails here: a negative count, size, seed or rate is never meant."""
+    with pytest.raises(ConfigError, match=key.rsplit(".", 1)[-1]):
+        validate(apply_overrides(get_preset("cpu-maze-vlm"), [f"{key}=-1000000000000"]), need_model=False)
