@@ -69,6 +69,32 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_text(path, json.dumps(data, indent=2, default=str))
 
 
+class NotWritable(ValueError):
+    """An output a command must write cannot be written there (read-only, no permission, full disk)."""
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise :class:`NotWritable` when a file cannot be created where ``path`` will be written.
+
+    Commands call this before their expensive work, so a read-only run dir is one line up front, not a
+    traceback after a whole evaluation. A missing directory is probed at its nearest existing ancestor
+    (nothing is created but a probe file, removed at once).
+    """
+    path = Path(path).expanduser().absolute()
+    where = path.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=where)
+    except OSError as exc:
+        raise NotWritable(
+            f"cannot write {path}: {where} is not writable ({exc.strerror or exc}); fix the permissions or the "
+            "mount, or write elsewhere"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def fsync_tree(directory: Path) -> None:
     """fsync every file and directory under ``directory`` (and itself)."""
     for path in directory.rglob("*"):

@@ -232,6 +232,7 @@ def eval_config(args: argparse.Namespace):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
+    from runners import atomic
     from runners.train.checkpoint import CheckpointManager
     from runners.config import validate
     from runners.rollout.evaluate import format_table, write_json
@@ -274,11 +275,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             )
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"--model {model_dir} is not a model directory (no config.json)")
+    out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
+    atomic.check_writable(out)
     generator = build_generator(config, model_dir, adapter)
     sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
     results = {name: eval_step(generator, config, name) for name in sets}
     label = what or f"model {model_dir}"
-    out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
     write_json(
         out,
         {"evaluated": label, "model": str(model_dir), "adapter": str(adapter) if adapter else None, "results": results},

@@ -457,6 +457,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, replays: in
 
     data = load_run(run_dir)
     target = Path(out) if out else Path(run_dir) / REPORT_NAME
+    atomic.check_writable(target)  # before the replays are drawn
     return atomic.write_text(target, render_html(data, replays))
 
 

@@ -55,13 +55,18 @@ def run_dir_lock(run_dir: str | Path, command: str | None = None, create: bool =
             _held[key][1] -= 1
         return
     created = not root.exists()
-    root.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(root / LOCK_FILE), timeout=0, thread_local=False)
     try:
+        root.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
         raise RunDirBusy(
             f"run dir {root} is in use by {describe_holder(root)}; wait for it to finish, stop it, or choose "
+            "another run_dir"
+        ) from None
+    except OSError as exc:  # a read-only run dir, or one this user may not write
+        raise atomic.NotWritable(
+            f"cannot write the run dir {root} ({exc.strerror or exc}); fix its permissions or mount, or choose "
             "another run_dir"
         ) from None
     _held[key] = [lock, 1]

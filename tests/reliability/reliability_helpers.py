@@ -51,3 +51,33 @@ def write_fake_checkpoint(directory: Path, files: dict[str, bytes] | None = None
     for rel in REQUIRED_FILES:
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_bytes((files or {}).get(rel, b"{}"))
+
+
+def make_read_only(directory: Path, monkeypatch: Any) -> None:
+    """Make ``directory`` read-only for this process: ``chmod 555``, or, for root (who ignores permission bits),
+    every file or directory creation inside it fails with ``EROFS`` as on a read-only mount."""
+    import errno
+    import os
+
+    directory = Path(directory)
+    if os.geteuid() != 0:
+        directory.chmod(0o555)  # pytest's tmp_path cleanup restores write permission before removing it
+        return
+    real_mkdir, real_open = os.mkdir, os.open
+    root = str(directory.resolve())
+
+    def inside(path: Any) -> bool:
+        return os.path.abspath(os.fspath(path)).startswith(root)
+
+    def mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if inside(path):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if inside(path) and flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(os, "open", open_)
