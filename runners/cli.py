@@ -233,6 +233,7 @@ def eval_config(args: argparse.Namespace):
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
     from runners import atomic
+    from runners.rollout.generation.adapters import check_adapter
     from runners.train.checkpoint import CheckpointManager
     from runners.config import validate
     from runners.rollout.evaluate import format_table, write_json
@@ -277,6 +278,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--model {model_dir} is not a model directory (no config.json)")
     out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
     atomic.check_writable(out)
+    if adapter is not None and not (args.adapter or args.model):  # the run's own adapter: held to the run's LoRA
+        check_adapter(model_dir, adapter, lora=config.lora)
     generator = build_generator(config, model_dir, adapter)
     sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
     results = {name: eval_step(generator, config, name) for name in sets}

@@ -106,3 +106,33 @@ def test_a_crafted_safetensors_header_is_one_clear_error_for_trainer_and_generat
     with pytest.raises(ValueError, match="not a readable safetensors file.*corrupt"):
         generator.load_adapter(crafted, 1)
     assert generator.adapter_version == 0
+
+
+def test_an_adapter_whose_config_was_edited_to_match_removed_tensors_is_refused_for_the_run(
+    model_path, adapters, tmp_path
+):
+    """Its own config says only q_proj is adapted, so a check against that config passes; against the LoRA
+    settings the run trains with (what ``mazegym eval`` checks a run's adapter with) it is refused, and so is an
+    edited alpha."""
+    import json
+
+    from algos.lora import LoRAConfig
+    from runners.rollout.generation.adapters import check_adapter
+
+    run_lora = LoRAConfig(rank=4, alpha=8)
+    check_adapter(model_path, adapters["good"], lora=run_lora)
+    cut = tmp_path / "cut"
+    shutil.copytree(adapters["good"], cut)
+    state = load_file(str(cut / "adapter_model.safetensors"))
+    save_file({k: v for k, v in state.items() if ".q_proj." in k}, str(cut / "adapter_model.safetensors"))
+    config = json.loads((cut / "adapter_config.json").read_text())
+    (cut / "adapter_config.json").write_text(json.dumps({**config, "target_modules": ["q_proj"]}))
+    assert len(load_file(str(cut / "adapter_model.safetensors"))) < len(state) / 4
+    check_adapter(model_path, cut)  # consistent with itself: the attack
+    with pytest.raises(ValueError, match="does not fit this model: LoRA tensors .* missing"):
+        check_adapter(model_path, cut, lora=run_lora)
+    louder = tmp_path / "louder"
+    shutil.copytree(adapters["good"], louder)
+    (louder / "adapter_config.json").write_text(json.dumps({**config, "lora_alpha": 80}))
+    with pytest.raises(ValueError, match="alpha 80, but the run trains rank 4 and alpha 8"):
+        check_adapter(model_path, louder, lora=run_lora)

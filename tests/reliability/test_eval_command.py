@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import runners.build as build
+import runners.rollout.generation.adapters as adapters
 import runners.train.steps as steps
 from reliability_helpers import write_fake_checkpoint
 from runners import config as cfgmod
@@ -36,8 +37,12 @@ def calls(monkeypatch):
             "by_size": {},
         }
 
+    def check_adapter(model_dir, adapter, lora=None):
+        seen.update(checked_against=lora)
+
     monkeypatch.setattr(build, "build_generator", build_generator)
     monkeypatch.setattr(steps, "eval_step", eval_step)
+    monkeypatch.setattr(adapters, "check_adapter", check_adapter)
     return seen
 
 
@@ -64,6 +69,7 @@ def test_eval_of_a_run_dir_uses_its_config_and_latest_checkpoint(tmp_path, calls
     assert main(["eval", "--run-dir", str(run)]) == 0
     assert calls["adapter"] == run / "checkpoints" / "step_000002" / "adapter"
     assert calls["config"].rollout.max_moves == 31 and calls["model_dir"] == tmp_path / "model"
+    assert calls["checked_against"] == calls["config"].lora  # the run's own adapter, held to the run's LoRA
     out = capsys.readouterr().out
     assert "Evaluated checkpoint" in out and "step_000002" in out
     assert json.loads((run / "eval" / "eval.json").read_text())["adapter"].endswith("step_000002/adapter")
@@ -119,7 +125,7 @@ def test_eval_never_rebuilds_the_runs_base_model(tmp_path, calls, monkeypatch):
     assert (base / "config.json").read_text() == '{"built": "by training"}'
 
 
-@pytest.mark.parametrize("text", ["[]", "{}", '{"model": []}', "not json"])
+@pytest.mark.parametrize("text", ["[]", "{}", '{"model": []}', "not json", "[" * 100_000 + "]" * 100_000])
 def test_a_config_json_mazegym_did_not_write_is_refused_naming_it(tmp_path, calls, capsys, text):
     run = tmp_path / "run"
     run.mkdir()

@@ -4,15 +4,19 @@ The expected names come from building the model on the ``meta`` device (no weigh
 and wrapping it with the adapter's own ``adapter_config.json``: exactly what PEFT would save for
 that model. Both generation engines call :func:`check_adapter` before loading, so a partial
 adapter (missing tensors) or one made for another model (unexpected tensors) is refused with
-the names, instead of serving base or stale weights for the missing layers.
+the names, instead of serving base or stale weights for the missing layers. An adapter's own config
+can be edited to match tensors removed from it, so ``mazegym eval`` checks a run's own adapters
+against the LoRA settings the run trains with (``check_adapter(..., lora=config.lora)``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
 
+from algos.lora import LoRAConfig
 from algos.policies.lm import check_adapter_keys
 
 
@@ -31,8 +35,8 @@ def _expected_keys(model_path: str, adapter_config: str) -> frozenset[str]:
     return frozenset(get_peft_model_state_dict(get_peft_model(model, lora)).keys())
 
 
-def expected_adapter_keys(model_path: str | Path, adapter_dir: str | Path) -> frozenset[str]:
-    """The tensor names a PEFT adapter with ``adapter_dir``'s config holds for the model at ``model_path``."""
+def _adapter_config(adapter_dir: str | Path) -> dict:
+    """``adapter_dir/adapter_config.json`` as a dict; ``ValueError`` naming it when it is not one."""
     path = Path(adapter_dir) / "adapter_config.json"
     try:
         saved = json.loads(path.read_text())
@@ -40,6 +44,12 @@ def expected_adapter_keys(model_path: str | Path, adapter_dir: str | Path) -> fr
         raise ValueError(f"{path} is unreadable ({type(exc).__name__}): not a PEFT adapter config") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{path} holds a {type(saved).__name__}, not a PEFT adapter config")
+    return saved
+
+
+def expected_adapter_keys(model_path: str | Path, adapter_dir: str | Path) -> frozenset[str]:
+    """The tensor names a PEFT adapter with ``adapter_dir``'s config holds for the model at ``model_path``."""
+    saved = _adapter_config(adapter_dir)
     saved.pop("base_model_name_or_path", None)
     return _expected_keys(str(model_path), json.dumps(saved, sort_keys=True))
 
@@ -56,9 +66,44 @@ def adapter_tensor_names(adapter_dir: str | Path) -> set[str]:
         raise ValueError(f"{path} is not a readable safetensors file ({exc}); the adapter is corrupt") from None
 
 
-def check_adapter(model_path: str | Path, adapter_dir: str | Path) -> None:
-    """Raise ``ValueError`` naming LoRA tensors missing from or unexpected in ``adapter_dir`` for this model."""
+@lru_cache(maxsize=8)
+def _trained_keys(model_path: str, lora_settings: str) -> frozenset[str]:
+    import torch
+    from peft import get_peft_model_state_dict
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from algos.policies.lm import add_lora
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
+    cls = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
+    with torch.device("meta"):
+        model = add_lora(cls.from_config(config), LoRAConfig(**json.loads(lora_settings)))
+    return frozenset(get_peft_model_state_dict(model).keys())
+
+
+def trained_adapter_keys(model_path: str | Path, lora: LoRAConfig) -> frozenset[str]:
+    """The tensor names the trainer's policy saves for the model at ``model_path`` with the LoRA settings ``lora``."""
+    return _trained_keys(str(model_path), json.dumps(dataclasses.asdict(lora), sort_keys=True))
+
+
+def check_adapter(model_path: str | Path, adapter_dir: str | Path, lora: LoRAConfig | None = None) -> None:
+    """Raise ``ValueError`` naming LoRA tensors missing from or unexpected in ``adapter_dir`` for this model.
+
+    Without ``lora`` the expected tensors follow the adapter's own ``adapter_config.json``. With ``lora`` (the
+    settings a run trains with, for an adapter of that run) they follow the run's settings, and the adapter's rank
+    and alpha must be the run's: an adapter whose config was edited to match tensors removed from it is refused.
+    """
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / "adapter_config.json").is_file():
         raise FileNotFoundError(f"no PEFT adapter at {adapter_dir} (adapter_config.json missing)")
-    check_adapter_keys(expected_adapter_keys(model_path, adapter_dir), adapter_tensor_names(adapter_dir), adapter_dir)
+    if lora is None:
+        expected = expected_adapter_keys(model_path, adapter_dir)
+    else:
+        saved = _adapter_config(adapter_dir)
+        if saved.get("r") != lora.rank or saved.get("lora_alpha") != lora.alpha:
+            raise ValueError(
+                f"adapter at {adapter_dir} has rank {saved.get('r')!r} and alpha {saved.get('lora_alpha')!r}, but the "
+                f"run trains rank {lora.rank} and alpha {lora.alpha}: it is not an adapter this run wrote"
+            )
+        expected = trained_adapter_keys(model_path, lora)
+    check_adapter_keys(expected, adapter_tensor_names(adapter_dir), adapter_dir)
