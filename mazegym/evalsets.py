@@ -248,8 +248,14 @@ def _write(name: str) -> str:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     # Written beside the set and renamed over it: an interrupted regeneration never leaves half a set.
     tmp = _path(name).with_name(f".{_path(name).name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, _path(name))
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(payload, indent=1) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, _path(name))
+    finally:
+        tmp.unlink(missing_ok=True)
     return payload["set_hash"]
 
 

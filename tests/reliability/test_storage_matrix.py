@@ -345,6 +345,25 @@ def test_tampered_eval_set_file_is_refused(data_copy, damage):
         evalsets.load_eval_set("VisMaze-v0")
 
 
+def test_regeneration_writes_beside_the_set_and_renames_over_it(data_copy, monkeypatch, capsys):
+    """``--regenerate`` never rewrites a set in place: the file is replaced by a rename (a new inode holding the
+    same bytes, since the generators reproduce the pinned set), and a write that fails leaves the set whole."""
+    path = data_copy / "eval_VisMaze-v0.json"
+    before, inode = path.read_bytes(), path.stat().st_ino
+    evalsets.main(["--regenerate", "--only", "VisMaze-v0"])
+    assert path.read_bytes() == before and path.stat().st_ino != inode
+    inode = path.stat().st_ino
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        evalsets.main(["--regenerate", "--only", "VisMaze-v0"])
+    assert path.read_bytes() == before and path.stat().st_ino == inode
+    assert not list(data_copy.glob(".*"))  # no temporary file left
+
+
 def test_missing_eval_set_file_is_named(data_copy):
     """A deleted eval set file is a FileNotFoundError naming it, not an empty set."""
     (data_copy / "eval_heldout-7x7.json").unlink()
