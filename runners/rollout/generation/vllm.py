@@ -143,6 +143,7 @@ class VLLMGenerator:
         if self.image_processor is not None and self.embedder is None:
             kwargs["limit_mm_per_prompt"] = {"image": max_images_per_prompt}
         kwargs.update(engine_kwargs)
+        kwargs["trust_remote_code"] = False  # never from engine_kwargs: a model directory's code does not run
         self.llm = LLM(**kwargs)
         self.eos_ids = _eos_ids(self.model_path, self.tokenizer)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
