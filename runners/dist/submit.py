@@ -9,16 +9,19 @@ with :class:`ray.job_submission.JobSubmissionClient`, and optionally waits and s
 Everything after ``--`` is passed unchanged to ``mazegym train`` on the cluster, with
 ``runner.kind=ray`` appended (the job runs ``python -m runners.cli train ARGS runner.kind=ray``).
 
-What is uploaded with ``--working-dir``: only the files git tracks there, plus the paths named
-with ``--include``, copied into a temporary directory that Ray packages. Secrets (``.env``,
-``.ssh/``, ``.netrc``, ``.ray/``, ``wandb/``, keys, credentials) and weights (``*.pt``,
-``*.safetensors``, ``checkpoints/``, ``runs/``...) are never uploaded, tracked or not
-(:data:`NEVER_UPLOAD`); ``--include`` of such a path is an error.
+What is uploaded with ``--working-dir``: only the files git tracks there that are of an allowed
+kind (source, configs, docs, data: :data:`UPLOAD_SUFFIXES`, :data:`UPLOAD_NAMES`), plus the paths
+named with ``--include``, copied into a temporary directory that Ray packages; ``--dry-run``
+prints the list. Secrets (``.env``, ``.ssh/``, ``.netrc``, ``.ray/``, ``wandb/``, keys,
+credentials, tokens) and weights (``*.pt``, ``*.safetensors``, ``checkpoints/``, ``runs/``...) are
+never uploaded, tracked or not (:data:`NEVER_UPLOAD`); ``--include`` of such a path is an error.
 
 Authentication: Ray >= 2.5x clusters may require a token. It is taken, in order, from
 ``--auth-token``, ``$RAY_AUTH_TOKEN``, the file named by ``$RAY_AUTH_TOKEN_PATH`` and
 ``~/.ray/auth_token``, and sent as a bearer header -- only over https, or over http to this
-machine (loopback); anything else is refused rather than sending the token in clear text.
+machine (loopback); anything else is refused rather than sending the token in clear text. The
+address is checked as Ray's client will use it: an ``http(s)://`` URL read as urllib3 reads it,
+and never overridden by ``$RAY_API_SERVER_ADDRESS`` / ``$RAY_ADDRESS`` (a differing one is refused).
 """
 
 from __future__ import annotations
@@ -285,8 +288,38 @@ def parse_address(address: str) -> tuple[str, str]:
     return parts.scheme, host
 
 
+ADDRESS_OVERRIDES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+"""Environment variables that Ray's Jobs client reads in place of the address it is given, in its order."""
+
+
+def client_address(address: str) -> str:
+    """The address Ray's :class:`JobSubmissionClient` will connect to when given ``address``; ``ValueError`` when
+    it is not the one given: the client takes ``$RAY_API_SERVER_ADDRESS`` (else ``$RAY_ADDRESS``) over its
+    argument, so a stale variable would send the job, and the token, somewhere ``--address`` does not say."""
+    for name in ADDRESS_OVERRIDES:
+        value = os.environ.get(name)
+        if value:
+            if value.rstrip("/") != address.rstrip("/"):
+                raise ValueError(
+                    f"--address {address!r}, but ${name}={value!r} in the environment, which Ray's Jobs client uses "
+                    f"instead; unset {name} or pass the same address"
+                )
+            break
+    return address
+
+
 def check_token_transport(address: str, token: str | None) -> None:
-    """Refuse (``ValueError``) to send ``token`` over plain http to a host other than this machine."""
+    """Refuse (``ValueError``) to send ``token`` over plain http to a host other than this machine.
+
+    With a token the address must be an ``http://`` or ``https://`` URL: Ray's client resolves any other form (a
+    bare ``host:port`` is a GCS address there, ``ray://`` a Ray Client one) to a dashboard URL this check never sees.
+    """
+    if token and not address.lower().startswith(("http://", "https://")):
+        raise ValueError(
+            f"--address {address!r} is not an http:// or https:// URL: Ray would look up the Jobs API address itself, "
+            "and the auth token would go wherever that lookup says; give the head's dashboard URL "
+            "(https://HOST:8265, or http://127.0.0.1:8265 through a tunnel)"
+        )
     scheme, host = parse_address(address)
     if not token or scheme == "https":
         return
@@ -316,7 +349,7 @@ def find_auth_token(explicit: str | None = None) -> str | None:
 def make_client(address: str, auth_token: str | None = None):
     """A :class:`JobSubmissionClient` for ``address``, sending the auth token when one exists."""
     token = find_auth_token(auth_token)
-    check_token_transport(address, token)
+    check_token_transport(client_address(address), token)
     from ray.job_submission import JobSubmissionClient
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
@@ -389,7 +422,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     """Arguments of ``mazegym submit``; pass an existing (sub)parser to fill it in."""
     p = parser or argparse.ArgumentParser(prog="mazegym submit", description=__doc__.split("\n\n")[0])
     d = SubmitConfig()
-    p.add_argument("--address", default=os.environ.get("RAY_API_SERVER_ADDRESS", d.address), help=SubmitConfig.__doc__)
+    default_address = next((os.environ[n] for n in ADDRESS_OVERRIDES if os.environ.get(n)), d.address)
+    p.add_argument(
+        "--address",
+        default=default_address,
+        help=f"Ray Jobs API URL of the cluster head (default: $RAY_API_SERVER_ADDRESS, $RAY_ADDRESS, {d.address})",
+    )
     p.add_argument(
         "--working-dir",
         default=None,

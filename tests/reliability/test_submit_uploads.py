@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -95,13 +96,25 @@ def test_submit_run_hands_ray_only_the_staged_files_and_streams_logs(checkout, m
     assert capsys.readouterr().out == "line 1\nline 2\n"
 
 
-@pytest.mark.parametrize(
-    "address", ["http://10.0.0.5:8265", "head:8265", "http://ray.example.com:8265", "ws://1.2.3.4"]
-)
+@pytest.fixture(autouse=True)
+def no_address_in_the_environment(monkeypatch):
+    """Ray's client reads these in place of its argument; each test sets them itself when it means to."""
+    for name in submit.ADDRESS_OVERRIDES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("address", ["http://10.0.0.5:8265", "http://ray.example.com:8265", "HTTP://10.0.0.5"])
 def test_token_is_never_sent_in_clear_text_to_another_host(address):
     with pytest.raises(ValueError, match="clear text"):
         submit.check_token_transport(address, "tok")
     with pytest.raises(ValueError, match="clear text"):
+        submit.make_client(address, "tok")
+
+
+@pytest.mark.parametrize("address", ["head:8265", "127.0.0.1:6379", "ray://127.0.0.1:10001", "ws://1.2.3.4", "auto"])
+def test_a_token_goes_only_to_an_http_url(address):
+    """Ray resolves these forms itself (a GCS lookup, a Ray Client address) to a URL this check would never see."""
+    with pytest.raises(ValueError, match="not an http:// or https:// URL"):
         submit.make_client(address, "tok")
 
 
@@ -202,3 +215,136 @@ def test_an_allow_list_keeps_tracked_secrets_and_weights_home_and_dry_run_lists_
     out = capsys.readouterr().out
     assert code == 0 and f"would upload {len(SOURCE)} file(s)" in out and "runner.kind=ray" in out
     assert all(f"  {rel}\n" in out for rel in SOURCE) and not any(f"  {rel}\n" in out for rel in TRACKED_BY_MISTAKE)
+
+
+# ------------------------------------------------------------------ the real Ray client against a fake Jobs API
+class _JobsAPI:
+    """A loopback HTTP server answering what Ray's JobSubmissionClient asks (version, package upload, submit); it
+    records each request's method, path, Authorization header and body."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import ray
+
+        requests: list[dict] = []
+        self.requests = requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, status: int, body: dict | None = None) -> None:
+                data = json.dumps(body or {}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _record(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "auth": self.headers.get("Authorization"),
+                        "body": self.rfile.read(length) if length else b"",
+                    }
+                )
+
+            def do_GET(self):
+                self._record()
+                if self.path.endswith("/api/version"):
+                    self._answer(200, {"version": "4", "ray_version": ray.__version__, "ray_commit": "x"})
+                else:
+                    self._answer(404)
+
+            def do_PUT(self):
+                self._record()
+                self._answer(200)
+
+            def do_POST(self):
+                self._record()
+                self._answer(200, {"job_id": "raysubmit_fake", "submission_id": "raysubmit_fake"})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def jobs_api():
+    pytest.importorskip("ray")
+    servers: list[_JobsAPI] = []
+
+    def start() -> _JobsAPI:
+        servers.append(_JobsAPI())
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def _uploaded_files(package: bytes) -> list[str]:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(package)) as archive:
+        return sorted(n for n in archive.namelist() if not n.endswith("/"))
+
+
+def test_the_real_ray_client_uploads_exactly_the_allowed_files_and_sends_the_token_only_there(checkout, jobs_api):
+    for rel in TRACKED_BY_MISTAKE:
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text("secret")
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["add", "-f", *TRACKED_BY_MISTAKE], check=True)
+    subprocess.run(git + ["commit", "-qm", "oops"], check=True)
+    api = jobs_api()
+    cfg = submit.SubmitConfig(address=api.url, auth_token="T0KEN", working_dir=str(checkout))
+    assert submit.submit_run(["--preset", "cpu-tiny"], cfg) == "raysubmit_fake"
+    assert [r["method"] for r in api.requests][-2:] == ["PUT", "POST"]
+    assert all(r["auth"] == "Bearer T0KEN" for r in api.requests)
+    assert _uploaded_files(api.requests[-2]["body"]) == sorted(SOURCE)
+    job = json.loads(api.requests[-1]["body"])
+    assert job["entrypoint"].endswith("--preset cpu-tiny runner.kind=ray")
+
+
+def test_an_address_the_real_client_reads_otherwise_gets_neither_job_nor_token(jobs_api):
+    """urlsplit reads the host after the backslash's '@'; Ray's client (requests, urllib3) connects to the one
+    before it. Unguarded, the other server gets the token; through make_client nobody does."""
+    from ray.job_submission import JobSubmissionClient
+
+    checked, other = jobs_api(), jobs_api()
+    address = f"http://127.0.0.1:{other.port}\\@127.0.0.2:{checked.port}"
+    assert urlsplit(address).port == checked.port
+    with pytest.raises(Exception):
+        JobSubmissionClient(address, headers={"Authorization": "Bearer T0KEN"}).list_jobs()
+    assert other.requests and other.requests[0]["auth"] == "Bearer T0KEN"  # the leak the guard closes
+    other.requests.clear()
+    with pytest.raises(ValueError, match="not a cluster address"):
+        submit.make_client(address, "T0KEN")
+    assert not other.requests and not checked.requests
+
+
+def test_an_address_in_the_environment_never_redirects_the_job(jobs_api, monkeypatch):
+    """Ray's client takes $RAY_ADDRESS over the address it is given: unguarded, --address X sends the token to Y."""
+    from ray.job_submission import JobSubmissionClient
+
+    asked, redirected = jobs_api(), jobs_api()
+    monkeypatch.setenv("RAY_ADDRESS", redirected.url)
+    JobSubmissionClient(asked.url, headers={"Authorization": "Bearer T0KEN"})
+    assert redirected.requests and not asked.requests  # the redirect the guard closes
+    redirected.requests.clear()
+    with pytest.raises(ValueError, match="RAY_ADDRESS=.* uses instead"):
+        submit.make_client(asked.url, "T0KEN")
+    assert not redirected.requests and not asked.requests
+    assert submit.make_client(redirected.url, "T0KEN") is not None  # the same address: fine
