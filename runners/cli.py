@@ -237,7 +237,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from runners.train.checkpoint import CheckpointManager
     from runners.config import validate
     from runners.rollout.evaluate import format_table, write_json
-    from runners.build import base_model_dir, build_generator, refuse_other_sft, trained_model
+    from runners.build import build_generator, refuse_other_sft, trained_model
     from runners.train.steps import eval_step, set_threads
 
     config = eval_config(args)
@@ -264,9 +264,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             )
     model_dir = Path(args.model) if args.model else None
     if model_dir is None:
-        # The run's own base model is read as it is, never rebuilt (an override such as rollout.max_moves would
-        # otherwise rebuild it in place under the run's adapters); a run dir without one gets it built.
-        model_dir, sft_adapter, sft = trained_model(config, build_base=not base_model_dir(config).is_dir())
+        # The run's own base model is read as it is, never built or rebuilt (an override such as rollout.max_moves
+        # would otherwise rebuild it in place under the run's adapters, beside a training run writing there).
+        model_dir, sft_adapter, sft = trained_model(config, build_base=False)
+        if not (model_dir / "config.json").is_file():
+            raise FileNotFoundError(
+                f"the run's model {model_dir} is missing (no config.json); mazegym eval never builds a run's model: "
+                "rerun `mazegym train` there to build it, or pass --model DIR"
+            )
         adapter = adapter if adapter is not None else sft_adapter
         if what is None:
             what = (

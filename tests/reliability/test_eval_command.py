@@ -134,3 +134,15 @@ def test_a_config_json_mazegym_did_not_write_is_refused_naming_it(tmp_path, call
     err = capsys.readouterr().err
     assert "config.json" in err and "not a mazegym run config" in err and "Traceback" not in err
     assert "config" not in calls  # nothing was built, no random model evaluated
+
+
+def test_eval_never_builds_a_missing_base_model_into_the_run(tmp_path, calls, monkeypatch, capsys):
+    run = tmp_path / "run"
+    config = cfgmod.apply_overrides(get_preset("cpu-tiny"), [f"run_dir={run}", "sft.enabled=never"])
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfgmod.to_dict(config)))
+    built = []
+    monkeypatch.setattr(build, "prepare_base_model", lambda c: built.append(c))
+    assert main(["eval", "--run-dir", str(run)]) == 2
+    assert "never builds a run's model" in capsys.readouterr().err
+    assert not built and sorted(p.name for p in run.iterdir()) == ["config.json"] and "config" not in calls
