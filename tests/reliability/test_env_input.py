@@ -9,6 +9,7 @@ import pytest
 
 import mazegym  # noqa: F401
 from mazegym.envs.vismaze import VisMazeEnv
+from mazegym.maze import MazeSpec
 from mazegym.multiagent import VisMazeRace
 
 
@@ -63,8 +64,11 @@ def test_the_race_refuses_actions_outside_its_space(action):
 def test_the_race_refuses_a_maze_off_the_grid_or_without_a_way_to_the_goal():
     _, spec = _spec()
     race = VisMazeRace(n_agents=2)
-    with pytest.raises(ValueError):
-        race.reset(options={"maze": {"rows": [], "start": [-1, 1], "goal": list(spec.goal)}})
+    off_grid = {"grid": spec.grid.tolist(), "start": [-1, 1], "goal": list(spec.goal)}
+    with pytest.raises(ValueError, match=r"start \(-1, 1\) is outside the grid"):
+        race.reset(options={"maze": off_grid})
+    with pytest.raises(ValueError, match=r"start \(-1, 1\) is outside the grid"):
+        race.reset(options={"maze": MazeSpec(grid=spec.grid, start=(-1, 1), goal=spec.goal)})
     walled = spec.grid.copy()
     r, c = spec.goal
     walled[r - 1, c] = walled[r + 1, c] = walled[r, c - 1] = walled[r, c + 1] = True
