@@ -223,6 +223,14 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px;font-
 """
 
 
+CSP = (
+    '<meta http-equiv="Content-Security-Policy" '
+    "content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'\">"
+)
+"""The page runs no script and loads nothing: should an unescaped value ever reach it, the browser still runs
+none of it (images come as data: URIs, the style is inline)."""
+
+
 def _esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
@@ -445,7 +453,7 @@ def render_html(data: RunData, replays: int = 3) -> str:
     body += ["<h2>The fixed eval set, before and after RL</h2>", _mazes_section(data, replays)]
     body += ["<h2>Run details</h2>", _details(data)]
     return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mazegym report: '
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{CSP}<title>mazegym report: '
         f"{_esc(data.run_dir.name)}</title><style>{STYLE}</style></head>"
         f"<body>{head}{''.join(body)}</body></html>\n"
     )

@@ -50,6 +50,9 @@ def test_hostile_run_strings_are_escaped(tmp_path):
     assert not re.search(r"<script", page, re.I), "a <script> tag from the run dir reached the page"
     assert not re.search(r"<img[^>]*onerror", page, re.I), "an event-handler attribute reached the page"
     assert "&lt;script&gt;" in page and "onerror=&quot;" in page  # ...escaped
+    # and were one ever missed, the page's policy lets no script run and nothing load
+    head = page[: page.index("<title>")]
+    assert "Content-Security-Policy" in head and "default-src 'none'" in head and "script-src" not in head
 
 
 def test_a_records_file_whose_step_is_not_a_number_is_skipped(tmp_path):
