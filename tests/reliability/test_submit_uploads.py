@@ -348,3 +348,12 @@ def test_an_address_in_the_environment_never_redirects_the_job(jobs_api, monkeyp
         submit.make_client(asked.url, "T0KEN")
     assert not redirected.requests and not asked.requests
     assert submit.make_client(redirected.url, "T0KEN") is not None  # the same address: fine
+
+
+@pytest.mark.parametrize("rel", TRACKED_BY_MISTAKE)
+def test_including_a_known_secret_or_weights_file_is_an_error(checkout, rel):
+    """The allow-list keeps them home when tracked; named with --include, each is refused, not uploaded."""
+    (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+    (checkout / rel).write_text("secret")
+    with pytest.raises(ValueError, match="never uploaded"):
+        submit.upload_files(submit.SubmitConfig(working_dir=str(checkout), includes=[rel]))
