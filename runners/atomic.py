@@ -147,13 +147,19 @@ COPY_LIMIT_BYTES = 64 * 2**30
 """The most :func:`copy_regular_tree` copies: a sanity bound, far above any adapter or tiny model."""
 
 
-def copy_regular_tree(src: Path, dst: Path, skip: tuple[str, ...] = (), limit: int = COPY_LIMIT_BYTES) -> int:
+def copy_regular_tree(
+    src: Path,
+    dst: Path,
+    skip: tuple[str, ...] = (),
+    limit: int = COPY_LIMIT_BYTES,
+    only: set[str] | None = None,
+) -> int:
     """Copy the directory ``src`` to ``dst`` (new): regular files and directories only, never following a link.
 
     A symbolic link, device, FIFO or socket anywhere under ``src`` is refused (``ValueError``
     naming it) before anything is copied: a link in a run dir could point at a secret or at
-    ``/dev/zero``. Names in ``skip`` are left out. Returns the bytes copied; more than ``limit``
-    is refused up front.
+    ``/dev/zero``. Names in ``skip`` are left out; with ``only`` (paths relative to ``src``), so
+    is every file it does not list. Returns the bytes copied; more than ``limit`` is refused up front.
     """
     import stat
 
@@ -168,7 +174,8 @@ def copy_regular_tree(src: Path, dst: Path, skip: tuple[str, ...] = (), limit: i
             if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
                 raise ValueError(f"{path} is {kind}: only regular files are copied out of a run dir; remove it")
-            if stat.S_ISREG(mode) and name not in skip:
+            listed = only is None or path.relative_to(src).as_posix() in only
+            if stat.S_ISREG(mode) and name not in skip and listed:
                 files.append(path)
                 total += os.lstat(path).st_size
         dirs[:] = [d for d in dirs if d not in skip]

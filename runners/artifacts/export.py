@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from runners import atomic
-from runners.train.checkpoint import CheckpointManager
+from runners.train.checkpoint import CheckpointManager, read_manifest
 from runners.train.run_lock import run_dir_lock
 from runners.build import refuse_other_sft, trained_model
 from runners.config import TrainConfig
@@ -77,7 +77,13 @@ def _write_export(
     SERVING.md; every path written into the files names its place under ``final``, where ``out`` goes."""
     final = final.resolve()
     adapter = out / "adapter"
-    atomic.copy_regular_tree(adapter_src, adapter)
+    listed = None
+    if ckpt is not None:  # only what the checkpoint's manifest lists (and its check verified), nothing added since
+        manifest, problem = read_manifest(ckpt)
+        if manifest is None:
+            raise ValueError(f"checkpoint {ckpt} is broken: {problem}")
+        listed = {rel.removeprefix("adapter/") for rel in manifest["files"] if rel.startswith("adapter/")}
+    atomic.copy_regular_tree(adapter_src, adapter, only=listed)
     base, base_public = model, model.resolve()
     if not config.model.path:  # tiny / SFT weights exist only in the run dir: ship them
         base = out / "base_model"

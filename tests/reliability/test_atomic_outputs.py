@@ -185,3 +185,18 @@ def test_copy_regular_tree_refuses_special_files_and_a_linked_root(tmp_path):
     with pytest.raises(ValueError, match="more than"):
         (src / "pipe").unlink()
         atomic.copy_regular_tree(src, tmp_path / "copy4", limit=0)
+
+
+def test_export_of_a_checkpoint_copies_only_what_its_manifest_lists(tmp_path):
+    from reliability_helpers import write_fake_checkpoint
+
+    from runners.artifacts.export import export
+    from runners.train.checkpoint import CheckpointManager
+
+    config = _run_with_adapter(tmp_path)
+    manager = CheckpointManager(Path(config.run_dir) / "checkpoints", log=lambda m: None)
+    manager.start_run("none")
+    ckpt = manager.save(1, write_fake_checkpoint)
+    (ckpt / "adapter" / "planted.bin").write_bytes(b"added after the checkpoint was written")
+    out = export(config, out_dir=str(tmp_path / "exp"))
+    assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
