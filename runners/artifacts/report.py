@@ -51,10 +51,14 @@ def _read_json(path: Path, data: RunData) -> Any:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except ValueError as exc:
         data.missing.append(f"{path.name} is not valid JSON ({exc}); its contents are left out")
         return None
+    if not isinstance(value, dict):
+        data.missing.append(f"{path.name} holds a {type(value).__name__}, not an object; its contents are left out")
+        return None
+    return value
 
 
 def _read_metrics(path: Path, data: RunData) -> list[dict[str, Any]]:
@@ -89,6 +93,11 @@ def load_run(run_dir: str | Path) -> RunData:
     data.config = _read_json(run_dir / "config.json", data)
     data.results = _read_json(run_dir / "eval_results.json", data)
     data.run_info = _read_json(run_dir / RUN_INFO, data)
+    invocations = (data.run_info or {}).get("invocations")
+    shaped = isinstance(invocations, list) and all(isinstance(i, dict) for i in invocations)
+    if invocations is not None and not shaped:
+        data.missing.append(f"{RUN_INFO} lists its invocations in an unknown shape; they are left out")
+        data.run_info = {**data.run_info, "invocations": []}
     data.metrics = _read_metrics(run_dir / "metrics.jsonl", data)
     data.evals = list_eval_records(run_dir)
     if data.config is None:
@@ -236,7 +245,7 @@ def _esc(value: Any) -> str:
 
 
 def _rate(summary: dict[str, Any] | None) -> str:
-    if not summary:
+    if not isinstance(summary, dict) or not summary:
         return "n/a"
     rate = summary.get("solve_rate", 0.0)
     rate = f"{100 * rate:.2f}%" if _number(rate) else _esc(rate)
@@ -278,7 +287,10 @@ def _replays(evaluation: dict[str, Any], specs: Sequence[Any], per_outcome: int)
             continue
         items = []
         for rec in chosen:
-            gif = _replay_gif(rec, evaluation.get("env", {}), specs[rec["index"]])
+            try:
+                gif = _replay_gif(rec, evaluation.get("env", {}), specs[rec["index"]])
+            except (TypeError, ValueError):  # a damaged record (an action the env refuses): no picture, the rest stays
+                gif = ""
             samples = "".join(
                 f"<pre>{_esc(t) if t.strip() else '(empty reply)'}</pre>" for t in rec.get("invalid_samples", [])
             )

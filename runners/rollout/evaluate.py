@@ -168,6 +168,23 @@ def write_eval_records(run_dir: str | Path, step: int, summary: dict[str, Any], 
     return atomic.write_json(records_path(run_dir, step, summary.get("set", "unknown")), data)
 
 
+def _is_maze_record(record: Any) -> bool:
+    """Whether ``record`` has the shape :func:`maze_records` writes, in the fields readers use."""
+
+    def integer(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("success"), bool)
+        and (record.get("index") is None or integer(record["index"]))
+        and isinstance(record.get("actions", []), list)
+        and all(a is None or integer(a) for a in record.get("actions", []))
+        and isinstance(record.get("invalid_samples", []), list)
+        and all(isinstance(t, str) for t in record.get("invalid_samples", []))
+    )
+
+
 def read_eval_records(path: str | Path) -> dict[str, Any]:
     """Read a file :func:`write_eval_records` wrote; raises ValueError when it is not one."""
     import json
@@ -180,8 +197,11 @@ def read_eval_records(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not an eval records file (needs 'step' and a 'mazes' list)")
     if not isinstance(data["step"], int) or isinstance(data["step"], bool) or data["step"] < 0:
         raise ValueError(f"{path}: not an eval records file (its step {data['step']!r:.40} is not an RL step number)")
-    if data.get("format", RECORDS_FORMAT) > RECORDS_FORMAT:
-        raise ValueError(f"{path}: records format {data['format']} is newer than this mazegym reads ({RECORDS_FORMAT})")
+    if not isinstance(data.get("summary", {}), dict) or not all(_is_maze_record(r) for r in data["mazes"]):
+        raise ValueError(f"{path}: not an eval records file (a summary or per-maze record is not of its shape)")
+    version = data.get("format", RECORDS_FORMAT)
+    if not isinstance(version, int) or version > RECORDS_FORMAT:
+        raise ValueError(f"{path}: records format {version!r:.40} is not one this mazegym reads ({RECORDS_FORMAT})")
     return data
 
 

@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_report import make_run  # noqa: E402
@@ -65,3 +67,36 @@ def test_a_records_file_whose_step_is_not_a_number_is_skipped(tmp_path):
     first.write_text(json.dumps(data))
     assert [d["step"] for d in list_eval_records(run)] == [4]
     assert "pwned" not in write_report(run).read_text()
+
+
+def _set(path: Path, key: str, value) -> None:
+    data = json.loads(path.read_text())
+    data[key] = value
+    path.write_text(json.dumps(data))
+
+
+DAMAGE = {
+    "eval_results.json is a string": lambda run: (run / "eval_results.json").write_text('"x"'),
+    "after_rl is a string": lambda run: (run / "eval_results.json").write_text('{"after_rl": "x", "before_rl": []}'),
+    "invocations is a number": lambda run: _set(run / "run_info.json", "invocations", 3),
+    "an invocation is a number": lambda run: _set(run / "run_info.json", "invocations", [1]),
+    "a summary is a list": lambda run: [_set(p, "summary", [1]) for p in (run / "eval").glob("*.json")],
+    "a maze record is a number": lambda run: [_set(p, "mazes", [1]) for p in (run / "eval").glob("*.json")],
+    "actions are letters": lambda run: [
+        _set(p, "mazes", [{"index": 0, "success": True, "actions": "zz"}]) for p in (run / "eval").glob("*.json")
+    ],
+    "an action outside the env": lambda run: [
+        _set(p, "mazes", [{"index": 0, "success": False, "actions": [9]}]) for p in (run / "eval").glob("*.json")
+    ],
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_run_file_never_makes_a_traceback(tmp_path, damage, capsys):
+    """Values of the wrong type in a run's files are left out of the page (and said so), never a crash."""
+    from runners.cli import main
+
+    run = make_run(tmp_path / "run")
+    DAMAGE[damage](run)
+    assert main(["report", str(run), "--replays", "1"]) == 0, capsys.readouterr().err
+    assert (run / "report.html").is_file()
