@@ -43,10 +43,12 @@ def _one_line(err: str, where: Path) -> None:
 
 def test_eval_refuses_before_it_builds_or_evaluates_anything(tmp_path, monkeypatch, capsys):
     import runners.build as build
+    import runners.rollout.generation.adapters as adapters
     import runners.train.steps as steps
 
     run = _eval_run(tmp_path)
     work: list[str] = []
+    monkeypatch.setattr(adapters, "check_adapter", lambda *a, **k: None)  # the checkpoint's files are placeholders
     monkeypatch.setattr(build, "build_generator", lambda *a, **k: work.append("build"))
     monkeypatch.setattr(steps, "eval_step", lambda *a, **k: work.append("eval"))
     make_read_only(run, monkeypatch)
