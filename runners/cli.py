@@ -33,6 +33,8 @@ Typical commands:
     mazegym eval --run-dir runs/cpu-maze-vlm                  # evaluate the latest checkpoint
     mazegym play --size 9                                     # play a maze yourself in the terminal
     mazegym export --run-dir runs/cpu-maze-vlm --merged       # adapter (+ merged model) for vLLM / transformers
+    mazegym serve runs/cpu-maze-vlm --port 8000               # the trained policy over HTTP (chat completions)
+    mazegym play-remote http://127.0.0.1:8000                 # play the fixed mazes against that server
     mazegym report runs/cpu-maze-vlm                          # one HTML page: curves, solved mazes, replays
     mazegym presets                                           # list presets
 
@@ -230,21 +232,14 @@ def eval_config(args: argparse.Namespace):
     return config
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
-    from runners import atomic
+def evaluated_model(args: argparse.Namespace, config) -> tuple[Path, Path | None, str]:
+    """(model dir, adapter or None, what it is in words) that ``mazegym eval`` evaluates and ``mazegym serve``
+    serves: --checkpoint, --adapter or --model when given, else the run's latest checkpoint, else its final
+    adapter, else its SFT result, else its base model. A run's own adapter is held to the run's LoRA settings."""
     from runners.rollout.generation.adapters import check_adapter
     from runners.train.checkpoint import CheckpointManager
-    from runners.config import validate
-    from runners.rollout.evaluate import format_table, write_json
-    from runners.build import build_generator, refuse_other_sft, trained_model
-    from runners.train.steps import eval_step, set_threads
+    from runners.build import refuse_other_sft, trained_model
 
-    config = eval_config(args)
-    validate(config)
-    set_threads(config)
-    if args.temperature is not None:
-        config.eval.temperature = args.temperature
     run_dir = Path(config.run_dir)
     adapter = Path(args.adapter) if args.adapter else None
     what = f"adapter {adapter}" if adapter else None
@@ -269,8 +264,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model_dir, sft_adapter, sft = trained_model(config, build_base=False)
         if not (model_dir / "config.json").is_file():
             raise FileNotFoundError(
-                f"the run's model {model_dir} is missing (no config.json); mazegym eval never builds a run's model: "
-                "rerun `mazegym train` there to build it, or pass --model DIR"
+                f"the run's model {model_dir} is missing (no config.json); mazegym {args.command} never builds a "
+                "run's model: rerun `mazegym train` there to build it, or pass --model DIR"
             )
         adapter = adapter if adapter is not None else sft_adapter
         if what is None:
@@ -281,14 +276,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
             )
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"--model {model_dir} is not a model directory (no config.json)")
-    out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
-    atomic.check_writable(out)
     if adapter is not None and not (args.adapter or args.model):  # the run's own adapter: held to the run's LoRA
         check_adapter(model_dir, adapter, lora=config.lora)
+    return model_dir, adapter, what or f"model {model_dir}"
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
+    from runners import atomic
+    from runners.config import validate
+    from runners.rollout.evaluate import format_table, write_json
+    from runners.build import build_generator
+    from runners.train.steps import eval_step, set_threads
+
+    config = eval_config(args)
+    validate(config)
+    set_threads(config)
+    if args.temperature is not None:
+        config.eval.temperature = args.temperature
+    run_dir = Path(config.run_dir)
+    out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
+    model_dir, adapter, label = evaluated_model(args, config)
+    atomic.check_writable(out)
     generator = build_generator(config, model_dir, adapter)
     sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
     results = {name: eval_step(generator, config, name) for name in sets}
-    label = what or f"model {model_dir}"
     write_json(
         out,
         {"evaluated": label, "model": str(model_dir), "adapter": str(adapter) if adapter else None, "results": results},
@@ -296,6 +308,62 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"Evaluated {label} on model {model_dir}")
     print(format_table(results))
     print(f"JSON: {out}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the policy ``mazegym eval`` would evaluate over HTTP (OpenAI-style chat completions) until Ctrl-C."""
+    from runners.artifacts.serve import CHAT_PATH, MODEL_NAME, bind, load_policy, serve, url_of
+    from runners.config import validate
+    from runners.train.steps import set_threads
+
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(
+            f"mazegym serve needs FastAPI and uvicorn ({exc.name} is not installed): pip install -e '.[serve]'"
+        ) from None
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"mazegym serve: warning: {args.host} is not loopback and the server has no authentication", flush=True)
+    args.run_dir = args.run_dir_arg
+    config = eval_config(args)
+    validate(config)
+    set_threads(config)
+    model_dir, adapter, label = evaluated_model(args, config)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); pass --port") from None
+    policy = load_policy(config, model_dir, adapter, label)
+    url = url_of(sock)
+
+    def ready() -> None:
+        print(f"Serving {label} on model {model_dir} (engine {config.loop.engine})", flush=True)
+        print(f"Listening on {url}  (POST {url}{CHAT_PATH}, model {MODEL_NAME!r}; Ctrl-C stops)", flush=True)
+        print(f"Play the run's eval set against it: mazegym play-remote {url}", flush=True)
+
+    serve(policy, sock, on_ready=ready)
+    return 0
+
+
+def cmd_play_remote(args: argparse.Namespace) -> int:
+    """Play a fixed eval set against a `mazegym serve` endpoint and print the eval table."""
+    from runners import atomic
+    from runners.artifacts.serve import play_remote
+    from runners.rollout.evaluate import format_table, write_json
+
+    if args.json:
+        atomic.check_writable(Path(args.json))
+    try:
+        summary, _ = play_remote(args.url, args.eval_set, 0, args.first, timeout=args.timeout)
+    except (ConnectionError, RuntimeError) as exc:
+        raise ValueError(str(exc)) from None
+    print(f"Played {summary['episodes']} mazes of {summary['set']!r} against {args.url} ({summary['served']})")
+    print(format_table({summary["set"]: summary}))
+    if args.json:
+        write_json(args.json, summary)
+        print(f"JSON: {args.json}")
     return 0
 
 
@@ -448,7 +516,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     preset = _preset_from_argv(argv or [])
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mazegym", description=DESCRIPTION, formatter_class=fmt)
-    sub = parser.add_subparsers(dest="command", metavar="{train,sft,eval,report,play,export,submit,presets}")
+    sub = parser.add_subparsers(
+        dest="command", metavar="{train,sft,eval,serve,play-remote,report,play,export,submit,presets}"
+    )
 
     def epilog() -> str:
         try:
@@ -570,6 +640,41 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         help="replace --out even when it is a non-empty directory that holds no earlier export",
     )
 
+    p = sub.add_parser(
+        "serve",
+        help="serve a run's trained policy over HTTP (OpenAI-style chat completions, loopback)",
+        description="Load the policy `mazegym eval` would evaluate (the run's latest checkpoint, else its final "
+        "adapter, else its SFT result) into the run's engine (loop.engine: hf, or vllm) and answer OpenAI-style "
+        "POST /v1/chat/completions requests (images as base64 PNG data URLs; greedy unless temperature > 0) on "
+        "loopback until Ctrl-C. `mazegym play-remote URL` plays mazes against it. See the SERVING.md that "
+        "`mazegym export` writes.",
+        formatter_class=fmt,
+    )
+    p.add_argument("run_dir_arg", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-maze-vlm)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. loop.engine=vllm model.device=cuda"
+    )
+    p.add_argument("--checkpoint", default=None, help="latest | PATH (default: the run's latest valid checkpoint)")
+    p.add_argument("--config", action="append", default=[], metavar="FILE", help="YAML or JSON config file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.set_defaults(func=cmd_serve, preset=None, adapter=None, model=None)
+
+    p = sub.add_parser(
+        "play-remote",
+        help="play a fixed eval set against a `mazegym serve` endpoint (prints the eval table)",
+        description="Play the mazes of a fixed eval set greedily against a `mazegym serve` endpoint over HTTP, with "
+        "the rollout code `mazegym eval` uses, and print the same table (the moves equal the in-process "
+        "evaluation's on the same model).",
+        formatter_class=fmt,
+    )
+    p.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--eval-set", default=None, help="fixed eval set to play (default: the served run's maze.eval_set)")
+    p.add_argument("--first", type=_non_negative(int), default=None, help="play only the set's first N mazes")
+    p.add_argument("--timeout", type=_non_negative(float), default=120.0, help="seconds to wait for one reply")
+    p.add_argument("--json", default=None, type=output_file, help="also write the summary and per-maze records here")
+    p.set_defaults(func=cmd_play_remote)
+
     from runners.dist.submit import add_submit_command
 
     add_submit_command(sub)
@@ -595,6 +700,17 @@ def _non_negative(kind: type) -> Callable[[str], float | int]:
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def _port(text: str) -> int:
+    """argparse type of a TCP port: 0 (a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return value
 
 
 def output_file(text: str) -> str:

@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch is pinned to the CPU build in pyproject (a looser pin pulls a CUDA build).
-.venv/bin/python -m pip install -q -e ".[train,test]"
+.venv/bin/python -m pip install -q -e ".[train,serve,test]"
 if [ -z "${MAZEGYM_NO_RAY:-}" ]; then
   .venv/bin/python -m pip install -q -e ".[ray]"
 fi

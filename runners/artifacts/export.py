@@ -6,11 +6,13 @@ Output (default ``<run_dir>/export``)::
     base_model/      the model the adapter applies to, when it is not a user-provided path
                      (the tiny model after full-weight SFT lives only in the run dir)
     merged/          with --merged: base + adapter merged, a plain transformers model
-    SERVING.md       the vLLM and transformers commands for exactly these paths
+    SERVING.md       how to serve it (mazegym serve, transformers + PEFT, vLLM where it applies), for exactly
+                     these paths; every snippet in it runs as it is
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -20,6 +22,8 @@ from runners.train.checkpoint import CheckpointManager, read_manifest
 from runners.train.run_lock import run_dir_lock
 from runners.build import refuse_other_sft, trained_model
 from runners.config import TrainConfig
+from runners.config.derived import rollout_config
+from runners.artifacts.serve import serving_markdown
 
 
 def export(
@@ -97,25 +101,22 @@ def _write_export(
     if merged:
         _merge(base, adapter, out / "merged")
     rank = adapter_cfg.get("r", config.lora.rank)
-    serving = [
-        "# Serving the exported policy",
-        "",
-        "vLLM (OpenAI-compatible server, adapter hot-loaded):",
-        "",
-        f"    vllm serve {base_public} --enable-lora --max-lora-rank {rank} \\",
-        f"        --lora-modules mazegym={adapter_public}",
-        "",
-        'then send chat requests with model="mazegym" in the format of mazegym.llm (system_prompt + user_message).',
-        "",
-        "transformers + PEFT:",
-        "",
-        "    from peft import AutoPeftModelForCausalLM",
-        f"    model = AutoPeftModelForCausalLM.from_pretrained('{adapter_public}')",
-        "",
-    ]
-    if merged:
-        serving += ["Merged model (no PEFT needed):", "", f"    vllm serve {final / 'merged'}", ""]
-    (out / "SERVING.md").write_text("\n".join(serving))
+    try:
+        model_type = json.loads((base / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        model_type = None  # SERVING.md then gives the generic commands
+    settings = dataclasses.asdict(rollout_config(config))
+    serving = serving_markdown(
+        run_dir=Path(config.run_dir).resolve(),
+        adapter=adapter_public,
+        base_model=base_public,
+        merged=final / "merged" if merged else None,
+        rank=rank,
+        model_type=model_type,
+        rollout=settings,
+        eval_set=config.maze.eval_set,
+    )
+    (out / "SERVING.md").write_text(serving)
     meta = {
         "checkpoint": str(ckpt) if ckpt else None,
         "adapter": str(adapter_public),
