@@ -109,7 +109,12 @@ def _build_tiny_model(config: TrainConfig, out: Path) -> None:
             out,
             seed=config.sft.seed,
             cell_px=int(config.rollout.env_kwargs.get("cell_px", 25)),
-            vision={"width": m.vision_width, "iterations": m.vision_iterations, "patch_px": m.vision_patch_px},
+            vision={
+                "width": m.vision_width,
+                "iterations": m.vision_iterations,
+                "patch_px": m.vision_patch_px,
+                "tokens": m.vision_tokens,
+            },
             **shape,
         )
     elif m.tiny == "vlm":
@@ -158,7 +163,7 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
 
     # Score log-probs at the rollout temperature: the importance ratio compares like with like.
     temperature = config.rollout.temperature if config.rollout.temperature > 0 else 1.0
-    return LoRALMPolicy.from_pretrained(
+    policy = LoRALMPolicy.from_pretrained(
         model_dir,
         lora=config.lora,
         dtype=_dtype(config.model.dtype),
@@ -168,6 +173,11 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
         temperature=temperature,
         value_head=algos.get(config.algo.name).needs_value_head,
     )
+    if config.model.vision_grad_iterations:
+        from algos.models.maze_vlm import set_vision_grad_iterations
+
+        set_vision_grad_iterations(policy.model, config.model.vision_grad_iterations)
+    return policy
 
 
 def build_training(

@@ -390,6 +390,9 @@ def build_maze_vlm(
         from algos.models.maze_vlm import MazeVLMConfig, MazeVLMForConditionalGeneration, MazeVLMImageProcessor
 
         _write_model(tmp, lambda: MazeVLMForConditionalGeneration(MazeVLMConfig(**config)), seed, tokenizer, token_ids)
-        MazeVLMImageProcessor(cell_px=cell_px, patch_px=config["vision_config"]["patch_px"]).save_pretrained(tmp)
+        vision_config = config["vision_config"]
+        MazeVLMImageProcessor(
+            cell_px=cell_px, patch_px=vision_config["patch_px"], tokens=vision_config["tokens"]
+        ).save_pretrained(tmp)
 
     return _save_atomically(out_dir, write, "maze_vlm", digest)

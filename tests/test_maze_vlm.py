@@ -5,7 +5,12 @@ import pytest
 import torch
 
 import algos.models  # noqa: F401  (registers MazeVLM)
-from algos.models.maze_vlm import MazeVLMForConditionalGeneration, MazeVLMImageProcessor, set_vision_iterations
+from algos.models.maze_vlm import (
+    MazeVLMForConditionalGeneration,
+    MazeVLMImageProcessor,
+    set_vision_grad_iterations,
+    set_vision_iterations,
+)
 from mazegym.render import render_frame
 from mazegym.evalsets import load_eval_set
 from runners.tiny import build_maze_vlm
@@ -103,6 +108,33 @@ def test_vision_iterations_can_be_raised_at_inference(model_dir):
     assert not torch.allclose(before, after)
     with pytest.raises(ValueError):
         set_vision_iterations(model, 0)
+
+
+def test_truncated_encoder_gradient_keeps_the_forward_and_trains_the_shared_block(model_dir):
+    """Backprop through the last k iterations: the same outputs, a gradient on the shared block, a different gradient
+    from full backprop, and the full gradient again when k covers every iteration."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    tower = model.vision_tower
+    ids, pix = inputs_for(model_dir, [frame(load_eval_set("VisMaze-v0")[0])])
+
+    def grads(k):
+        model.zero_grad()
+        set_vision_grad_iterations(model, k)
+        logits = model(input_ids=ids, **pix).logits
+        logits[0, -1].logsumexp(-1).backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in tower.named_parameters() if p.grad is not None}
+
+    full_logits, full = grads(0)
+    cut_logits, cut = grads(1)
+    assert torch.equal(full_logits, cut_logits)
+    assert {"conv_in.weight", "conv_out.weight", "patch_embed.weight"} <= set(cut)
+    assert not torch.allclose(full["conv_in.weight"], cut["conv_in.weight"])
+    _, every = grads(tower.iterations)
+    assert all(torch.equal(full[n], every[n]) for n in full)
+    with pytest.raises(ValueError):
+        set_vision_grad_iterations(model, -1)
 
 
 def test_placeholder_count_mismatch_is_an_error(model_dir):
@@ -239,3 +271,33 @@ def test_the_encoder_trained_inside_the_adapter_can_have_its_own_learning_rate(m
     assert lrs == {1e-4: {id(p) for p in policy.trainable_parameters()} - saved, 2e-3: saved}
     with pytest.raises(ValueError, match="saved_modules_lr"):
         algos.make("grpo", policy, lr=1e-4, saved_modules_lr=0.0)
+
+
+def test_agent_token_mode_gives_one_vision_token_on_any_maze_size(tmp_path):
+    """``tokens="agent"``: one placeholder per image at 9x9 and 13x13; a batch of both equals separate forwards."""
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText
+
+    model_dir = build_maze_vlm(
+        tmp_path / "agent",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vision={"width": 8, "iterations": 4, "tokens": "agent"},
+    )
+    processor = AutoImageProcessor.from_pretrained(model_dir)
+    assert processor.get_number_of_image_patches(225, 225, {}) == 1
+    assert processor.get_number_of_image_patches(325, 325, {}) == 1
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    images = [frame(load_eval_set("VisMaze-v0")[0]), frame(load_eval_set("heldout-13x13")[0])]
+    pixels = processor(images=images, return_tensors="pt")
+    with torch.no_grad():
+        tokens, scores = model.image_features(pixels["pixel_values"], pixels["image_grid_thw"])
+        assert tokens.shape == (2, 64) and [s.shape[0] for s in scores] == [81, 169]
+        for i, image in enumerate(images):
+            alone = processor(images=[image], return_tensors="pt")
+            one, _ = model.image_features(alone["pixel_values"], alone["image_grid_thw"])
+            torch.testing.assert_close(one[0], tokens[i])
+    with pytest.raises(ValueError, match="tokens"):
+        MazeVLMImageProcessor(tokens="patches")

@@ -39,10 +39,22 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 MODEL_TYPE = "mazegym_maze_vlm"
 
-DEFAULT_VISION_CONFIG = {"patch_px": 5, "width": 32, "iterations": 20, "num_actions": 4, "readout": "conv"}
+DEFAULT_VISION_CONFIG = {
+    "patch_px": 5,
+    "width": 32,
+    "iterations": 20,
+    "num_actions": 4,
+    "readout": "conv",
+    "tokens": "cells",
+}
 """Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, the
-classes of its pretraining head (the env's moves), and its decision readout ("conv": a 3x3 conv
-over the routing state, "cell": the cell's own features)."""
+classes of its pretraining head (the env's moves), its decision readout ("conv": a 3x3 conv
+over the routing state, "cell": the cell's own features), and the vision tokens an image gives
+the language model ("cells": one per maze cell; "agent": one token, the features pooled at the
+agent's cell, whatever the maze's size)."""
+
+VISION_TOKENS = ("cells", "agent")
+"""Values of ``vision_config["tokens"]``."""
 
 
 class MazeVLMConfig(Qwen2Config):
@@ -68,11 +80,25 @@ class MazeVLMConfig(Qwen2Config):
 class RecurrentConvEncoder(nn.Module):
     """Patch embedding, then a weight-tied residual conv block repeated over the cell grid."""
 
-    def __init__(self, patch_px: int, width: int, iterations: int, num_actions: int = 4, readout: str = "conv"):
+    def __init__(
+        self,
+        patch_px: int,
+        width: int,
+        iterations: int,
+        num_actions: int = 4,
+        readout: str = "conv",
+        tokens: str = "cells",
+    ):
         super().__init__()
         if readout not in ("conv", "cell"):
             raise ValueError(f"readout must be 'conv' or 'cell', got {readout!r}")
+        if tokens not in VISION_TOKENS:
+            raise ValueError(f"tokens must be one of {VISION_TOKENS}, got {tokens!r}")
+        self.tokens = tokens
         self.iterations = iterations
+        self.grad_iterations = 0
+        """Iterations that a backward pass runs through: the first ``iterations - grad_iterations`` run without
+        gradient (0 = all; see :func:`set_vision_grad_iterations`)."""
         self.patch_embed = nn.Linear(3 * patch_px * patch_px, width)
         self.conv_in = nn.Conv2d(2 * width, width, 3, padding=1)
         self.conv_out = nn.Conv2d(width, width, 3, padding=1)
@@ -87,6 +113,11 @@ class RecurrentConvEncoder(nn.Module):
         # Used only by vision pretraining (as BERT keeps its pretraining heads); generation never reads it.
         self.action_head = nn.Linear(2 * width, num_actions)
 
+    def step(self, state: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
+        """One iteration of the weight-tied residual block: the routing state, updated from itself and the input."""
+        update = torch.relu(self.conv_in(torch.cat([state, recall], dim=1)))
+        return torch.relu(state + self.conv_out(update))
+
     def cell_features(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``grid``: [B, H, W, 3*p*p] -> ([B, H*W, 2*width] routing state and input, [B, H*W, 2*width] decision
         features).
@@ -94,9 +125,13 @@ class RecurrentConvEncoder(nn.Module):
         batch, rows, cols, _ = grid.shape
         recall = torch.relu(self.patch_embed(grid)).permute(0, 3, 1, 2)  # [B, C, H, W]
         state = torch.zeros_like(recall)
-        for _ in range(iterations or self.iterations):
-            update = torch.relu(self.conv_in(torch.cat([state, recall], dim=1)))
-            state = torch.relu(state + self.conv_out(update))
+        total = iterations or self.iterations
+        free = total - self.grad_iterations if 0 < self.grad_iterations < total and torch.is_grad_enabled() else 0
+        with torch.no_grad():
+            for _ in range(free):
+                state = self.step(state, recall)
+        for _ in range(total - free):
+            state = self.step(state, recall)
         features = torch.cat([state, recall], dim=1)  # the LM reads the routing state and what the cell shows
         decision = torch.relu(self.readout(features)) if self.readout is not None else features
         return (
@@ -107,20 +142,29 @@ class RecurrentConvEncoder(nn.Module):
     def forward(
         self, grid: torch.Tensor, iterations: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``grid``: [B, H, W, 3*p*p] flattened patches -> ([B, H*W, 4*width] tokens, [B, H*W] agent scores,
+        """``grid``: [B, H, W, 3*p*p] flattened patches -> ([B, T, 4*width] tokens, [B, H*W] agent scores,
         [B, H*W, 2*width] decision features).
 
-        One token per cell (row-major): the cell's own features concatenated with a global
-        *agent context*, the decision features of all cells pooled with a softmax over
+        The *agent context* is the decision features of all cells pooled with a softmax over
         ``agent_scores`` (a learned saliency read from what each cell shows; CLIP-style attention
-        pooling). Trained to peak on the agent's cell, the context hands every token the decision
-        features where the move is made, so the language model needs no sharp attention to read it.
+        pooling); trained to peak on the agent's cell, it carries the decision features where the
+        move is made. With ``tokens="cells"`` there is one token per cell (T = H*W, row-major): the
+        cell's own features concatenated with the agent context, so the language model needs no
+        sharp attention to read it. With ``tokens="agent"`` there is one token (T = 1): the cell
+        features pooled by the same saliency, concatenated with the agent context, so the language
+        model reads the same input on a maze of any size (as a resampler gives a fixed number of
+        tokens).
         """
         batch, rows, cols, _ = grid.shape
         features, decision = self.cell_features(grid, iterations)
         scores = self.agent_score(grid.reshape(batch, rows * cols, -1)).squeeze(-1)
-        agent = (torch.softmax(scores * self.score_scale, dim=1)[..., None] * decision).sum(1, keepdim=True)
-        return torch.cat([features, agent.expand_as(features)], dim=-1), scores * self.score_scale, decision
+        weights = torch.softmax(scores * self.score_scale, dim=1)[..., None]
+        agent = (weights * decision).sum(1, keepdim=True)
+        if self.tokens == "agent":
+            tokens = torch.cat([(weights * features).sum(1, keepdim=True), agent], dim=-1)
+        else:
+            tokens = torch.cat([features, agent.expand_as(features)], dim=-1)
+        return tokens, scores * self.score_scale, decision
 
 
 @dataclass
@@ -144,6 +188,7 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             vision["iterations"],
             vision.get("num_actions", 4),
             vision.get("readout", "conv"),
+            vision.get("tokens", "cells"),
         )
         self.multi_modal_projector = nn.Sequential(
             nn.Linear(4 * vision["width"], config.hidden_size),
@@ -290,6 +335,23 @@ def set_vision_iterations(model: nn.Module, iterations: int) -> None:
         module.iterations = int(iterations)
 
 
+def set_vision_grad_iterations(model: nn.Module, iterations: int) -> None:
+    """Backpropagate through only the last ``iterations`` steps of the recurrent encoder from now on (0 = all).
+
+    The forward pass is unchanged (every iteration runs); the earlier iterations run without
+    gradient, as in the progressive training of Bansal et al. 2022, so a backward pass costs
+    ``iterations`` steps instead of all of them. The block's weights are shared by every
+    iteration, so all of them are still trained.
+    """
+    if iterations < 0:
+        raise ValueError(f"vision grad iterations must be >= 0, got {iterations}")
+    found = [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
+    if not found:
+        raise ValueError("this model has no recurrent conv vision encoder")
+    for module in found:
+        module.grad_iterations = int(iterations)
+
+
 class MazeVLMImageProcessor(BaseImageProcessor):
     """RGB frame -> one flattened ``patch_px``-pixel patch per ``cell_px`` cell (see the module docstring)."""
 
@@ -297,11 +359,14 @@ class MazeVLMImageProcessor(BaseImageProcessor):
     accepts_arrays = True
     """HxWx3 uint8 arrays are read as they are: callers need not convert frames to PIL images (half the cost)."""
 
-    def __init__(self, cell_px: int = 25, patch_px: int = 5, merge_size: int = 1, **kwargs: Any):
+    def __init__(self, cell_px: int = 25, patch_px: int = 5, merge_size: int = 1, tokens: str = "cells", **kwargs: Any):
         super().__init__(**kwargs)
+        if tokens not in VISION_TOKENS:
+            raise ValueError(f"tokens must be one of {VISION_TOKENS}, got {tokens!r}")
         self.cell_px = int(cell_px)
         self.patch_px = int(patch_px)
-        self.merge_size = int(merge_size)  # one cell = one token (read by prompt builders)
+        self.merge_size = int(merge_size)  # patches per token side (read by prompt builders)
+        self.tokens = tokens  # the model's vision_config["tokens"]: how many placeholders an image needs
 
     def grid_shape(self, height: int, width: int) -> tuple[int, int]:
         """(rows, cols) of cells in an image of this size."""
@@ -310,9 +375,9 @@ class MazeVLMImageProcessor(BaseImageProcessor):
         return height // self.cell_px, width // self.cell_px
 
     def get_number_of_image_patches(self, height: int, width: int, images_kwargs: dict | None = None) -> int:
-        """Vision tokens for an image of this size: one per cell."""
+        """Vision tokens for an image of this size: one per cell, or one in all with ``tokens="agent"``."""
         rows, cols = self.grid_shape(int(height), int(width))
-        return rows * cols
+        return 1 if self.tokens == "agent" else rows * cols
 
     def preprocess(self, images: Any, return_tensors: str | None = "pt", **kwargs: Any) -> BatchFeature:
         """``{"pixel_values": [cells, 3*p*p] float, "image_grid_thw": [images, 3]}`` for a list of images."""
@@ -361,5 +426,6 @@ __all__ = [
     "MazeVLMImageProcessor",
     "RecurrentConvEncoder",
     "register",
+    "set_vision_grad_iterations",
     "set_vision_iterations",
 ]

@@ -41,6 +41,15 @@ class ModelConfig:
     """Tiny maze-vlm only: iterations of the recurrent conv block when the model is built (raise it at inference for
     larger mazes with eval.vision_iterations).
     """
+    vision_tokens: str = "cells"
+    """Tiny maze-vlm only: the vision tokens an image gives the decoder: "cells" (one per maze cell, so the prompt
+    grows with the maze) or "agent" (one token pooled at the agent's cell, the same on a maze of any size).
+    """
+    vision_grad_iterations: int = 0
+    """Tiny maze-vlm only: RL's backward pass runs through the last this-many iterations of the recurrent block; the
+    earlier ones run without gradient (as in Bansal et al.'s progressive training), which makes an update's backward
+    pass several times cheaper. 0 = all iterations.
+    """
     vision_patch_px: int = 5
     """Tiny maze-vlm only: each maze cell is downsampled to this many pixels per side before the patch embedding."""
     task_tokens: bool = True
@@ -156,8 +165,9 @@ class LoopConfig:
     """
     update_threads: int = 1
     """Local runner on CPU: run the update's micro-batches on this many copies of the policy, one thread each
-    (:class:`algos.parallel.ThreadReplicas`); unlike ``num_threads`` it does not slow down when another program holds
-    a core. The Ray runner parallelises over ``runner.num_workers`` instead (set 1 there).
+    (:class:`algos.parallel.ThreadReplicas`), and the SFT stage's batches the same way; unlike ``num_threads`` it does
+    not slow down when another program holds a core. The Ray runner parallelises over ``runner.num_workers`` instead
+    (set 1 there).
     """
     rollout_threads: int = 1
     """``hf`` engine: play a step's mazes and each evaluation on this many threads that share the generator, each a

@@ -15,6 +15,7 @@ from runners.rollout.collect import RolloutConfig, draws_no_torch_randomness
 CHOICES = {
     "model.tiny": ("maze-vlm", "text", "vlm"),
     "model.dtype": ("float32", "bfloat16", "float16"),
+    "model.vision_tokens": ("cells", "agent"),
     "sft.enabled": ("auto", "always", "never"),
     "sft.mode": ("full", "lora"),
     "loop.engine": ("hf", "vllm"),
@@ -36,6 +37,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "model.tiny_layers": (1, 64, False),
     "model.vision_width": (1, 4096, False),
     "model.vision_iterations": (1, 10_000, False),
+    "model.vision_grad_iterations": (0, 10_000, False),
     "lora.alpha": (0.0, None, True),
     "lora.dropout": (0.0, 0.999, False),
     "loop.mazes_per_step": (1, 100_000, False),
@@ -235,6 +237,11 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         )
     if not 0.0 <= config.sft.random_starts <= 1.0:
         raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")
+    if config.model.vision_grad_iterations and not config.model.path and config.model.tiny != "maze-vlm":
+        raise ConfigError(
+            "model.vision_grad_iterations truncates the backward pass of a recurrent vision encoder; "
+            f"model.tiny={config.model.tiny!r} has none (use model.tiny=maze-vlm or leave it 0)"
+        )
     for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
         if _get(config, key) < 1:
             raise ConfigError(f"{key} must be >= 1, got {_get(config, key)}")

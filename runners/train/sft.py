@@ -273,41 +273,63 @@ def pretrain_vision(
     lr: float,
     image_processor: Any,
     log: Callable[[int, dict[str, float]], None] | None = None,
+    threads: int = 1,
 ) -> dict[str, float]:
     """AdamW on the model's ``vision_pretraining_loss`` over ``steps`` batches of demonstration moves.
 
     Only the vision encoder's parameters are updated (constant learning rate, gradients clipped
     to norm 1). Each turn must show one image and record its agent cell (``Turn.state``) and move.
-    Returns the final metrics.
+    With ``threads > 1`` each batch is cut into that many parts, each part's gradient computed on
+    a copy of the model in a thread of its own (:class:`algos.parallel.Replicas`) and the parts'
+    gradients added, weighted by their share of the batch. Returns the final metrics.
     """
+    from algos.parallel import Replicas
     from runners.rollout.generation.prompts import to_pil
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = [p for p in base.vision_tower.parameters() if p.requires_grad]
+    def vision_params(m: torch.nn.Module) -> list[torch.nn.Parameter]:
+        inner = m.get_base_model() if hasattr(m, "get_base_model") else m
+        return [p for p in inner.vision_tower.parameters() if p.requires_grad]
+
+    params = vision_params(model)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     model.train()
+    replicas = Replicas(model, threads, vision_params) if threads > 1 else None
+
+    def part_loss(m: torch.nn.Module, part: list[Turn]) -> tuple[float, float]:
+        inner = m.get_base_model() if hasattr(m, "get_base_model") else m
+        processed = image_processor(images=[to_pil(t.images[0]) for t in part], return_tensors="pt")
+        cols = processed["image_grid_thw"][:, 2].tolist()
+        cells = [tuple(int(v) for v in t.state.split(",")) for t in part]
+        device = params[0].device
+        loss, accuracy = inner.vision_pretraining_loss(
+            processed["pixel_values"].to(device),
+            processed["image_grid_thw"].to(device),
+            agent_cells=torch.tensor([r * w + c for (r, c), w in zip(cells, cols)], device=device),
+            actions=torch.tensor([int(t.action) for t in part], device=device),
+        )
+        share = len(part) / batch_size
+        (loss * share).backward()
+        return loss.item() * share, accuracy * share
+
     metrics: dict[str, float] = {}
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         turns = demos.batch(batch_size)
         if not all(len(t.images) == 1 and t.state and t.action is not None for t in turns):
             raise ValueError("vision pretraining needs image turns that record the agent's cell and the move")
-        processed = image_processor(images=[to_pil(t.images[0]) for t in turns], return_tensors="pt")
-        cols = processed["image_grid_thw"][:, 2].tolist()
-        cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
-        device = params[0].device
-        loss, accuracy = base.vision_pretraining_loss(
-            processed["pixel_values"].to(device),
-            processed["image_grid_thw"].to(device),
-            agent_cells=torch.tensor([r * w + c for (r, c), w in zip(cells, cols)], device=device),
-            actions=torch.tensor([int(t.action) for t in turns], device=device),
-        )
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if replicas is None:
+            loss, accuracy = part_loss(model, turns)
+        else:
+            parts = split_evenly(turns, replicas.threads)
+            loss, accuracy = (sum(v) for v in zip(*replicas.map(part_loss, parts)))
+            replicas.gather_gradients()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        if replicas is not None:
+            replicas.copy_weights()
         metrics = {
-            "vision_loss": loss.item(),
+            "vision_loss": loss,
             "vision_move_accuracy": accuracy,
             "grad_norm": float(grad_norm),
             "step_seconds": time.perf_counter() - t0,
@@ -346,14 +368,27 @@ def train_sft(
     localization_weight: float = 0.0,
     warmup: int = 10,
     log: Callable[[int, dict[str, float]], None] | None = None,
+    threads: int = 1,
 ) -> dict[str, float]:
     """AdamW on the reply NLL for ``steps`` batches of ``batch_size`` demonstration moves.
 
     The learning rate warms up linearly over ``warmup`` steps, then decays with a cosine to 10%.
+    ``threads > 1`` computes each batch's gradient in parts on copies of the model, one thread
+    each (as :func:`pretrain_vision`), each part weighted by its share of the reply tokens.
     Returns the final metrics.
     """
+    from algos.parallel import Replicas
+
     model.train()
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    replicas = (
+        Replicas(model, threads, lambda m: [p for p in m.parameters() if p.requires_grad]) if threads > 1 else None
+    )
+
+    def part_loss(m: torch.nn.Module, part: Sequence[Turn], total: int) -> tuple[float, int]:
+        loss, ntok = response_nll(m, part, pad_id, image_processor, localization_weight)
+        (loss * (ntok / total)).backward()
+        return loss.item() * ntok / total, ntok
 
     def schedule(step: int) -> float:
         if step < warmup:
@@ -366,14 +401,22 @@ def train_sft(
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         turns = demos.batch(batch_size)
-        loss, ntok = response_nll(model, turns, pad_id, image_processor, localization_weight)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total = sum(len(t.input_ids) - len(t.prompt_ids) for t in turns)
+        if replicas is None:
+            loss, ntok = part_loss(model, turns, total)
+        else:
+            parts = split_evenly(turns, replicas.threads)
+            results = replicas.map(lambda m, part: part_loss(m, part, total), parts)
+            loss, ntok = sum(r[0] for r in results), sum(r[1] for r in results)
+            replicas.gather_gradients()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
+        if replicas is not None:
+            replicas.copy_weights()
         metrics = {
-            "loss": loss.item(),
+            "loss": loss,
             "grad_norm": float(grad_norm),
             "tokens": float(ntok),
             "lr": sched.get_last_lr()[0],
@@ -383,6 +426,17 @@ def train_sft(
             log(step, metrics)
     model.eval()
     return metrics
+
+
+def split_evenly(items: Sequence[Any], parts: int) -> list[list[Any]]:
+    """``items`` cut into at most ``parts`` contiguous, near-equal, non-empty lists."""
+    bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
+    return [list(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def sft_threads(config: TrainConfig) -> int:
+    """Threads the SFT stage computes each batch's gradient on (``loop.update_threads``, on CPU only)."""
+    return config.loop.update_threads if config.model.device == "cpu" else 1
 
 
 def copy_model_dir(src: str | Path, dst: str | Path) -> Path:
@@ -544,6 +598,7 @@ def _run_sft_into(
                 lr=config.sft.vision_lr,
                 image_processor=image_processor,
                 log=on_vision_step,
+                threads=sft_threads(config),
             )
         finally:
             vision_progress.close()
@@ -567,6 +622,7 @@ def _run_sft_into(
             image_processor=image_processor,
             localization_weight=config.sft.localization_weight,
             log=on_step,
+            threads=sft_threads(config),
         )
     finally:
         progress.close()
