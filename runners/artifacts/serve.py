@@ -634,7 +634,7 @@ def play_remote(
 ) -> tuple[dict[str, Any], list[Any]]:
     """Play mazes ``[start, stop)`` of eval set ``set_name`` (default: the run's) greedily against the server at
     ``url``, as ``mazegym eval`` plays them in process; returns (summary with per-maze records, episodes)."""
-    from mazegym.evalsets import EVAL_SETS
+    from mazegym.evalsets import EVAL_SETS, env_id_hint
     from runners.rollout.collect import RolloutConfig
     from runners.rollout.evaluate import eval_rollout_config, play_eval_mazes, summarize, maze_records
     from mazegym.evalsets import load_eval_set
@@ -642,7 +642,7 @@ def play_remote(
     served = settings_of(url, timeout=timeout)
     name = set_name or served["eval_set"]
     if name not in EVAL_SETS:
-        raise KeyError(f"unknown eval set {name!r}; known: {', '.join(sorted(EVAL_SETS))}")
+        raise KeyError(f"unknown eval set {name!r}{env_id_hint(name)}; known: {', '.join(sorted(EVAL_SETS))}")
     rollout = RolloutConfig(group_size=1, temperature=0.0, **served["rollout"])
     episodes = play_eval_mazes(RemoteGenerator(url, timeout=timeout), name, rollout, start=start, stop=stop)
     config = eval_rollout_config(rollout, name)
