@@ -320,3 +320,54 @@ def test_mazegym_does_not_import_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_human_mode_renders_inside_reset_and_step(capsys):
+    """Gymnasium's human mode renders by itself at reset and every step (render() was needed before)."""
+    env = gym.make("VisMaze-v0", render_mode="human")
+    obs, _ = env.reset(seed=3)
+    assert obs["text"] in capsys.readouterr().out
+    obs, *_ = env.step(int(np.flatnonzero(env.unwrapped._info(False, False, "")["action_mask"])[0]))
+    assert obs["text"] in capsys.readouterr().out
+    obs, *_ = env.unwrapped.step_invalid("Invalid action.")
+    assert obs["text"] in capsys.readouterr().out
+    quiet = gym.make("VisMaze-v0", render_mode="ansi")
+    quiet.reset(seed=3)
+    quiet.step(0)
+    assert capsys.readouterr().out == ""
+
+
+def test_the_move_limit_is_the_envs_own_and_the_spec_says_why():
+    """No registered TimeLimit: ``max_moves`` passed to gym.make is the limit that applies (documented)."""
+    for env_id in ENV_IDS:
+        assert gym.spec(env_id).max_episode_steps is None, env_id
+    env = gym.make("VisMaze-v0", max_moves=25, obs_mode="text")
+    _, info = env.reset(seed=0)
+    wall = int(np.flatnonzero(info["action_mask"] == 0)[0])  # the start is a corner: bumping stays there
+    for _ in range(24):
+        *_, terminated, truncated, info = env.step(wall)
+        assert not (terminated or truncated), info["moves"]  # a TimeLimit of 20 from the registry would end it
+    *_, terminated, truncated, info = env.step(wall)
+    assert truncated and info["moves"] == 25
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "envs.md").read_text()
+    assert "max_episode_steps" in page and 'gymnasium.make("VisMaze-v0", max_moves=50)' in page
+
+
+def test_env_ids_and_eval_set_names_follow_one_rule():
+    from pathlib import Path
+
+    from mazegym.evalsets import EVAL_SETS, load_eval_set
+
+    for name, info in EVAL_SETS.items():
+        n = info.size
+        assert (
+            name == info.env_id
+            or (name == f"heldout-{n}x{n}" and info.env_id == f"VisMaze-{n}x{n}-v0")
+            or name == f"fresh-{n}x{n}"
+        ), name
+    page = (Path(__file__).resolve().parents[1] / "docs" / "envs.md").read_text()
+    assert "Names: env ids and eval sets" in page
+    with pytest.raises(KeyError, match="an env id; its fixed 64-maze set is 'heldout-7x7'"):
+        load_eval_set("VisMaze-7x7-v0")

@@ -84,6 +84,12 @@ the goal.
 * **Truncation**: ``max_moves`` moves (invalid ones included) were used without success. A goal
   reached on the last allowed move is a success (``terminated=True, truncated=False``).
 
+The env truncates itself, so the registered ids leave ``gymnasium.spec(id).max_episode_steps``
+at ``None`` on purpose: the move limit is the ``max_moves`` argument (``env.unwrapped.max_moves``,
+``info["max_moves"]``; the registered ids' limits are in the table below). A ``TimeLimit`` from the
+registry would cut ``gymnasium.make("VisMaze-v0", max_moves=50)`` at 20 moves all the same, and it
+never sees the moves an unparseable reply spends through ``env.step_invalid``.
+
 ## Info
 
 ``agent`` and ``goal`` (row, col), ``moves``, ``max_moves``, ``optimal_moves``, ``shortest_remaining``
@@ -104,8 +110,10 @@ gymnasium.make("VisMaze-v0", size=9, max_moves=20, generator="wilson", extra_ope
 
 ``render_mode="rgb_array"`` returns a copy of the current frame (same function as the image
 observation); ``"ansi"`` returns the text map; ``"human"`` prints the text map to stdout (no
-display, no pygame needed). ``mazegym.recording.replay(spec, actions)`` rebuilds any episode from
-its maze and actions, and ``record_gif`` / ``save_gif`` write GIFs (like the ones in ``docs/assets``).
+display, no pygame needed) by itself at every ``reset``, ``step`` and ``step_invalid``, as
+Gymnasium's human mode does (``render()`` prints it once more).
+``mazegym.recording.replay(spec, actions)`` rebuilds any episode from its maze and actions, and
+``record_gif`` / ``save_gif`` write GIFs (like the ones in ``docs/assets``).
 """
 
 # docs/envs.md is generated from the docstring above (python scripts/gen_envs_doc.py): edit the text here.
@@ -235,7 +243,10 @@ class VisMazeEnv(gym.Env):
         else:
             spec = sample_maze(self.np_random, self.size, self.generator, self.extra_openings, self.start_goal)
         self._load(spec)
-        return self._obs(), self._info(False, False, "")
+        obs, info = self._obs(), self._info(False, False, "")
+        if self.render_mode == "human":  # Gymnasium's convention: human mode renders inside reset and step
+            self.render()
+        return obs, info
 
     def step(self, action: int):
         """Apply one action; see the module docstring for rewards and episode end."""
@@ -279,7 +290,10 @@ class VisMazeEnv(gym.Env):
         reward = 1.0 if success else 0.0
         if self.shaping:
             reward += self._shaping_term(old_dist)
-        return self._obs(), reward, terminated, truncated, self._info(success, invalid, feedback)
+        obs, info = self._obs(), self._info(success, invalid, feedback)
+        if self.render_mode == "human":
+            self.render()
+        return obs, reward, terminated, truncated, info
 
     def step_invalid(self, feedback: str = "Invalid action."):
         """Spend one move on an unparseable action: nothing moves, no reward, ``feedback`` is echoed.
@@ -300,7 +314,10 @@ class VisMazeEnv(gym.Env):
         self._done = truncated
         info = self._info(False, False, feedback)
         info["invalid_action"] = True
-        return self._obs(), 0.0, False, truncated, info
+        obs = self._obs()
+        if self.render_mode == "human":
+            self.render()
+        return obs, 0.0, False, truncated, info
 
     def render(self):
         """``rgb_array``: the frame; ``ansi``: the text map; ``human``: prints the text map.
