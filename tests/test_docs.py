@@ -82,3 +82,56 @@ def test_every_training_metric_key_is_explained_in_the_metrics_page():
         if undocumented:
             missing[name] = undocumented
     assert missing == {}
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    """The bodies of the ```language fenced blocks of a markdown text."""
+    import re
+
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def test_readme_python_snippets_run(tmp_path):
+    snippets = _fenced((ROOT / "README.md").read_text(), "python")
+    assert snippets, "the README has no Python snippet to check"
+    for code in snippets:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 0, f"README snippet failed:\n{code}\n{out.stderr}"
+
+
+def test_readme_and_docs_name_no_machine_paths():
+    import re
+
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "deploy" / "README.md"]
+    pages += sorted((ROOT / "docs").glob("*.md"))
+    pattern = re.compile(r"(^|[ `(])/(work|tmp|home|root|Users)/[A-Za-z0-9_.-]+")
+    hits = [f"{p.name}: {m.group(0)}" for p in pages for m in pattern.finditer(p.read_text())]
+    assert not hits, hits
+
+
+def test_readme_smoke_command_runs_the_pipeline(tmp_path):
+    """The README's seconds-long command: the default pipeline end to end with the smoke preset."""
+    import json
+
+    commands = [line for block in _fenced((ROOT / "README.md").read_text(), "bash") for line in block.splitlines()]
+    smoke = next(line for line in commands if "--preset smoke" in line)
+    args = smoke.split("#")[0].split()[1:]  # drop `.venv/bin/mazegym`, use this interpreter's
+    assert args[:3] == ["train", "--preset", "smoke"]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runners.cli",
+            *args[:3],
+            "--run-dir",
+            str(tmp_path / "smoke"),
+            "logging.progress=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((tmp_path / "smoke" / "eval_results.json").read_text())
+    assert results["rl_steps"] == 2

@@ -25,6 +25,8 @@
   evaluation every 10 steps. Its measured lift is in the README ("The main job").
 * ``cpu-tiny-vlm``: the text recipe with a tiny Qwen2-VL reading the *image* of the maze
   (one maze cell = one merged vision token).
+* ``smoke``: ``cpu-maze-vlm`` with budgets of a few steps, to see the whole pipeline run in well under a
+  minute (its solve rates mean nothing).
 * ``qwen3-vl-8b-lora32``: the case study's recipe -- Qwen3-VL-8B from a local path, LoRA rank 32,
   GRPO, 6 GPUs (Ray runner, colocated vLLM engines), 9x9 VisMaze-v0, evaluated on its 64 mazes.
   ``mazegym train --preset qwen3-vl-8b-lora32 --dry-run`` validates it and prints the plan
@@ -158,6 +160,27 @@ def cpu_maze_vlm() -> TrainConfig:
     )
 
 
+def smoke() -> TrainConfig:
+    """The default pipeline in seconds: ``cpu-maze-vlm`` with tiny SFT and RL budgets (a check that everything runs;
+    the solve rates it prints are meaningless)."""
+    return apply_overrides(
+        cpu_maze_vlm(),
+        [
+            "run_dir=runs/smoke",
+            "preset=smoke",
+            "sft.vision_steps=2",
+            "sft.steps=2",
+            "sft.batch_size=8",
+            "loop.steps=2",
+            "loop.mazes_per_step=2",
+            "algo.decay_updates=2",
+            "eval.every=1",
+            "maze.heldout_sets=[]",
+            "checkpoint.every=1",
+        ],
+    )
+
+
 def qwen3_vl_8b_lora32() -> TrainConfig:
     """The case study's recipe: Qwen3-VL-8B (local path), LoRA r=32, GRPO, 6 GPUs, VisMaze-v0 images."""
     path = os.environ.get(QWEN3_VL_8B_PATH_ENV, "/models/Qwen3-VL-8B-Instruct")
@@ -210,6 +233,7 @@ TRAINING_PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "cpu-tiny": cpu_tiny,
     "cpu-tiny-vlm": cpu_tiny_vlm,
     "qwen3-vl-8b-lora32": qwen3_vl_8b_lora32,
+    "smoke": smoke,
 }
 """Preset name -> function building a fresh config."""
 
