@@ -7,7 +7,8 @@
   transformer cannot reach the case study's 95%) are in the README.
 * ``cpu-maze-vlm`` (the default): the case study's shape in miniature, on VisMaze-v0's own images and its fixed
   64 mazes: MazeVLM (:mod:`algos.models.maze_vlm`: recurrent conv vision encoder -> projector ->
-  one-layer Qwen2 decoder) built from scratch and trained as VLMs are: the vision encoder is
+  one-layer Qwen2 decoder, reading one vision token pooled at the agent's cell, ``model.vision_tokens=agent``)
+  built from scratch and trained as VLMs are: the vision encoder is
   pretrained alone on BFS demonstrations (220 steps x 128 moves), then frozen while the projector
   and decoder learn to write the reply (100 steps x 128 moves, with the agent localisation loss).
   Then LoRA GRPO on the decoder with the vision encoder trained in full inside the adapter
@@ -108,6 +109,7 @@ def cpu_maze_vlm() -> TrainConfig:
             "model.vision_width=32",
             "model.vision_iterations=20",
             "model.vision_patch_px=5",
+            "model.vision_tokens=agent",
             "maze.size=9",
             "maze.eval_set=VisMaze-v0",
             "maze.heldout_sets=fresh-9x9,VisMaze-Hard-v0,heldout-13x13",
