@@ -135,3 +135,14 @@ def test_readme_smoke_command_runs_the_pipeline(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads((tmp_path / "smoke" / "eval_results.json").read_text())
     assert results["rl_steps"] == 2
+    # The extrapolation benchmark reads such a run as `mazegym eval` does and writes nothing into it.
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "smoke").rglob("*"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import extrapolation
+
+    out = tmp_path / "extrapolation.md"
+    sets = ["VisMaze-v0", "VisMaze-Hard-v0"]
+    assert extrapolation.main([str(tmp_path / "smoke"), "--sets", *sets, "--iterations", "3", "--out", str(out)]) == 0
+    table = out.read_text()
+    assert "| `VisMaze-Hard-v0` | 11x11 | 25 |" in table and "| set | 3 it. |" in table
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "smoke").rglob("*")) == before
