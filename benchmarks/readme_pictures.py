@@ -3,7 +3,8 @@
     python benchmarks/readme_pictures.py runs/cpu-maze-vlm --out docs/assets
 
 Reads only the run's per-maze eval records (``RUN/eval/step_<N>_<set>.json``); no model is loaded.
-Writes ``main_job_grids.png`` (solved green / failed purple, before RL on the left, after on the right)
+Writes ``main_job_grids.png`` (before RL on the left, after on the right, each titled with its step and
+solve count, over a legend: solved green, failed purple)
 and ``main_job_agent.gif`` (the trained agent on a maze it failed before RL, replayed from its actions).
 """
 
@@ -12,11 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 
 from mazegym.evalsets import load_eval_set
-from mazegym.recording import maze_grid, save_gif
+from mazegym.recording import before_after_grids, save_gif
 from runners.rollout.evaluate import list_eval_records, replay_record
 
 
@@ -41,10 +41,12 @@ def main() -> None:
         return solved
 
     before, after = outcomes(first), outcomes(last)
-    left, right = maze_grid(specs, before), maze_grid(specs, after)
-    gap = np.full((left.shape[0], 24, 3), 255, dtype=np.uint8)
+    titles = (
+        f"before RL (step {first['step']}): {sum(map(bool, before))}/{len(specs)} solved",
+        f"after RL (step {last['step']}): {sum(map(bool, after))}/{len(specs)} solved",
+    )
     a.out.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.concatenate([left, gap, right], axis=1)).save(a.out / "main_job_grids.png")
+    Image.fromarray(before_after_grids(specs, before, after, titles)).save(a.out / "main_job_grids.png")
     flipped = [i for i, (b, f) in enumerate(zip(before, after)) if f and not b] or [i for i, f in enumerate(after) if f]
     moves = {r["index"]: r["moves"] for r in last["mazes"] if r.get("index") is not None}
     index = max(flipped, key=lambda i: moves.get(i, 0))  # the longest solved play

@@ -6,7 +6,8 @@ The oracle (:mod:`mazegym.solver`) is a baseline that reads the maze, not a lear
 
     python examples/01_quickstart.py [--episodes 100] [--out examples/out]
 
-Writes ``OUT/01_random_vs_oracle.gif`` (random left, oracle right) and prints both success rates.
+Writes ``OUT/01_random_vs_oracle.gif`` (random left, oracle right, each panel titled with its agent and
+outcome) and prints both success rates.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 import mazegym  # registers VisMaze-v0
-from mazegym.recording import replay, save_gif
+from mazegym.recording import replay, save_gif, titled
 from mazegym.solver import shortest_path_actions
 
 
@@ -70,9 +71,15 @@ def main() -> None:
         first[name] = results[0]
         print(f"{name:>6}: solved {rates[name]:.0%} of {episodes} mazes")
 
-    # An episode is its maze plus its actions: replay both on the first maze to get the frames.
+    # An episode is its maze plus its actions: replay both on the first maze to get the frames,
+    # each panel under a title naming its agent and how its episode ended.
     maze = first["random"][2]
-    frames = side_by_side(*(replay(maze, first[name][1]).frames for name in ("random", "oracle")))
+    panels = []
+    for name, label in (("random", "random agent"), ("oracle", "BFS oracle")):
+        solved, actions, _ = first[name]
+        title = f"{label}: {'solved' if solved else 'failed'} in {len(actions)} moves"
+        panels.append([titled(frame, title) for frame in replay(maze, actions).frames])
+    frames = side_by_side(*panels)
     path = save_gif(frames, f"{args.out}/01_random_vs_oracle.gif")
     print(f"wrote {path} (random left, oracle right)")
 

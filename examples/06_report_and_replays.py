@@ -7,7 +7,7 @@ for a few GRPO updates and evaluated on the fixed 64-maze set ``heldout-7x7`` be
 
     python examples/06_report_and_replays.py [--updates 15] [--out examples/out]
 
-Writes ``OUT/06_eval_grid.png`` (before | after; green solved, purple failed),
+Writes ``OUT/06_eval_grid.png`` (before RL | after RL, titled, over a legend: green solved, purple failed),
 ``OUT/06_replays.gif`` (four mazes after training) and ``OUT/06_run/report.html``.
 """
 
@@ -24,7 +24,7 @@ import algos
 from algos.net_rollout import play_mazes, sample_mazes
 from algos.policies.net import MazeNetPolicy
 from mazegym import EVAL_SETS, load_eval_set
-from mazegym.recording import maze_grid, replay, save_gif
+from mazegym.recording import before_after_grids, replay, save_gif
 from runners.cli import main as mazegym_cli
 from runners.rollout.evaluate import list_eval_records, write_eval_records
 
@@ -94,9 +94,12 @@ def main() -> None:
     # Everything below reads only the run dir, as you would for a run trained elsewhere.
     first, last = list_eval_records(run_dir, SET)[0], list_eval_records(run_dir, SET)[-1]
     specs = load_eval_set(SET)
-    grids = [maze_grid(specs, [r["success"] for r in rec["mazes"]]) for rec in (first, last)]
-    gap = np.full((grids[0].shape[0], 20, 3), 255, dtype=np.uint8)
-    Image.fromarray(np.concatenate([grids[0], gap, grids[1]], axis=1)).save(out / "06_eval_grid.png")
+    outcomes = [[r["success"] for r in rec["mazes"]] for rec in (first, last)]
+    titles = [
+        f"{when} RL (step {rec['step']}): {sum(o)}/{len(o)} solved"
+        for when, rec, o in zip(("before", "after"), (first, last), outcomes)
+    ]
+    Image.fromarray(before_after_grids(specs, *outcomes, titles=tuple(titles))).save(out / "06_eval_grid.png")
     clips = [replay(specs[r["index"]], r["actions"]).frames for r in last["mazes"][:4]]
     longest = max(len(c) for c in clips)
     clips = [c + c[-1:] * (longest - len(c)) for c in clips]

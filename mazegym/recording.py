@@ -7,7 +7,10 @@ frame (and reward/info) on demand and :func:`save_gif` writes them out::
     save_gif(result.frames, "episode.gif")
 
 :func:`maze_thumbnail` and :func:`maze_grid` draw mazes small with a coloured frame marking an
-outcome (solved / failed / not played), for eval overviews in reports and TensorBoard.
+outcome (solved / failed / not played), for eval overviews in reports and TensorBoard;
+:func:`before_after_grids` puts two such sheets side by side under their titles, over a legend of
+the frame colours, and :func:`titled` writes a title above any picture (e.g. each panel of a GIF),
+so a picture reads without its caption.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from mazegym.render import render_frame
 
 OUTCOME_RGB = {True: (0, 170, 0), False: (120, 0, 160), None: (40, 40, 40)}
 """Frame colour of a thumbnail: solved green, failed purple (not red: the goal is red), not played black."""
+OUTCOME_NAMES = {True: "solved", False: "failed", None: "not played"}
+"""The legend's word for each frame colour of :data:`OUTCOME_RGB`."""
 
 
 @dataclass
@@ -147,3 +152,107 @@ def maze_grid(
         y, x = gap + r * (th + gap), gap + c * (tw + gap)
         sheet[y : y + tile.shape[0], x : x + tile.shape[1]] = tile
     return sheet
+
+
+def _font(size: int) -> Any:
+    """Pillow's bundled font at ``size`` pixels (the fixed bitmap font on Pillow < 10.1)."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: load_default takes no size
+        return ImageFont.load_default()
+
+
+def _text_size(font: Any, text: str) -> tuple[int, int]:
+    from PIL import ImageDraw
+
+    left, top, right, bottom = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
+    return int(right - left), int(bottom - top)
+
+
+def titled(image: np.ndarray, title: str, size: int = 14, pad: int = 4) -> np.ndarray:
+    """``image`` under a white strip with ``title`` centred in black (HxWx3 uint8).
+
+    The picture is widened with white (and stays centred) when the title is wider than it. The
+    strip's height depends only on ``size`` and ``pad``, so every frame of a GIF gets the same one.
+    """
+    from PIL import ImageDraw
+
+    image = np.asarray(image, dtype=np.uint8)
+    font = _font(size)
+    width, _ = _text_size(font, title)
+    strip = size + 2 * pad
+    out_w = max(image.shape[1], width + 2 * pad)
+    canvas = Image.new("RGB", (out_w, strip + image.shape[0]), "white")
+    canvas.paste(Image.fromarray(image), ((out_w - image.shape[1]) // 2, strip))
+    ImageDraw.Draw(canvas).text((out_w // 2, pad + size // 2), title, fill=(0, 0, 0), font=font, anchor="mm")
+    return np.asarray(canvas)
+
+
+def outcome_legend(
+    outcomes: Sequence[bool | None] = (True, False), width: int | None = None, size: int = 13, pad: int = 6
+) -> np.ndarray:
+    """A white strip with a swatch of each outcome's frame colour and its name (solved green, failed purple ...).
+
+    Centred in ``width`` pixels when given (never narrower than the legend itself).
+    """
+    from PIL import ImageDraw
+
+    font = _font(size)
+    gap = size  # between one entry and the next
+    entries = [(OUTCOME_RGB[o], OUTCOME_NAMES[o], _text_size(font, OUTCOME_NAMES[o])[0]) for o in outcomes]
+    inner = sum(size + pad // 2 + w for _, _, w in entries) + gap * (len(entries) - 1)
+    out_w = max(width or 0, inner + 2 * pad)
+    canvas = Image.new("RGB", (out_w, size + 2 * pad), "white")
+    draw = ImageDraw.Draw(canvas)
+    x = (out_w - inner) // 2
+    for rgb, name, w in entries:
+        draw.rectangle((x, pad, x + size - 1, pad + size - 1), fill=rgb)
+        x += size + pad // 2
+        draw.text((x, pad + size // 2), name, fill=(0, 0, 0), font=font, anchor="lm")
+        x += w + gap
+    return np.asarray(canvas)
+
+
+def _hstack(images: Sequence[np.ndarray], gap: int) -> np.ndarray:
+    """Images side by side, top-aligned, on white, ``gap`` pixels apart."""
+    height = max(i.shape[0] for i in images)
+    width = sum(i.shape[1] for i in images) + gap * (len(images) - 1)
+    out = np.full((height, width, 3), 255, dtype=np.uint8)
+    x = 0
+    for image in images:
+        out[: image.shape[0], x : x + image.shape[1]] = image
+        x += image.shape[1] + gap
+    return out
+
+
+def _vstack(images: Sequence[np.ndarray]) -> np.ndarray:
+    """Images one under the other, each centred, on white."""
+    width = max(i.shape[1] for i in images)
+    out = np.full((sum(i.shape[0] for i in images), width, 3), 255, dtype=np.uint8)
+    y = 0
+    for image in images:
+        x = (width - image.shape[1]) // 2
+        out[y : y + image.shape[0], x : x + image.shape[1]] = image
+        y += image.shape[0]
+    return out
+
+
+def before_after_grids(
+    specs: Sequence[MazeSpec],
+    before: Sequence[bool | None],
+    after: Sequence[bool | None],
+    titles: tuple[str, str] = ("before RL", "after RL"),
+    gap: int = 24,
+    **grid_kwargs: Any,
+) -> np.ndarray:
+    """Two :func:`maze_grid` sheets of ``specs``, ``before`` on the left and ``after`` on the right, each under its
+    title, over a legend of the frame colours (HxWx3 uint8). ``grid_kwargs`` go to :func:`maze_grid`.
+
+    The legend names "not played" only when an outcome is ``None``.
+    """
+    sheets = [titled(maze_grid(specs, o, **grid_kwargs), t) for o, t in zip((before, after), titles)]
+    outcomes = [True, False] + ([None] if any(o is None for o in (*before, *after)) else [])
+    body = _hstack(sheets, gap)
+    return _vstack([body, outcome_legend(outcomes, width=body.shape[1])])

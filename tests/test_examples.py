@@ -47,6 +47,17 @@ def test_quickstart_oracle_beats_random(tmp_path):
     random_rate, oracle_rate = numbers(r"solved (\d+)%", out)
     assert oracle_rate >= random_rate + 50
     assert_image(tmp_path / "01_random_vs_oracle.gif", frames=5)
+    import gymnasium as gym
+
+    import mazegym  # noqa: F401  (registers VisMaze-v0)
+
+    env = gym.make("VisMaze-v0", render_mode="rgb_array")
+    env.reset(seed=0)
+    frame = env.render()  # one panel of the GIF, untitled
+    with Image.open(tmp_path / "01_random_vs_oracle.gif") as gif:
+        top = [gif.convert("RGB").getpixel((x, y)) for x in range(gif.size[0]) for y in range(10)]
+        assert gif.size[1] > frame.shape[0] + 10, "a title strip over the random and oracle panels"
+    assert min(sum(p) for p in top) < 200, "the panel titles are drawn (black text on white)"
 
 
 def test_play_by_hand_help_only(tmp_path):
@@ -91,8 +102,14 @@ def test_custom_algorithm_beats_random(tmp_path):
 
 
 def test_report_and_replays_from_eval_records(tmp_path):
+    from mazegym import load_eval_set
+    from mazegym.recording import maze_grid
+
     run_example("06_report_and_replays.py", "--smoke", "--out", str(tmp_path), cwd=tmp_path)
     assert_image(tmp_path / "06_eval_grid.png")
+    with Image.open(tmp_path / "06_eval_grid.png") as grid:
+        plain = maze_grid(load_eval_set("heldout-7x7"), [True] * 64)
+        assert grid.size[1] > plain.shape[0] + 20, "'before RL' / 'after RL' titles and a legend around the grids"
     assert_image(tmp_path / "06_replays.gif", frames=2)
     assert "<img" in (tmp_path / "06_run" / "report.html").read_text()
 

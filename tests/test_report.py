@@ -114,20 +114,26 @@ def test_thumbnails_are_framed_by_outcome():
 
 
 # --------------------------------------------------------------------------- report
-def make_run(run: Path, evals: bool = True, metrics: bool = True) -> Path:
-    """A run dir written by the same functions a training run uses."""
-    from runners.config import to_dict
+def make_run(run: Path, evals: bool = True, metrics: bool = True, overrides: tuple[str, ...] = ()) -> Path:
+    """A run dir written by the same functions a training run uses (config: cpu-tiny with ``overrides``)."""
+    from runners.config import apply_overrides, to_dict
     from runners.train.metrics import MetricsLogger
     from runners.config.presets import get_preset
     from runners.train.run_info import record_invocation
 
-    cfg = get_preset("cpu-tiny")
+    cfg = apply_overrides(get_preset("cpu-tiny"), list(overrides))
     cfg.run_dir = str(run)
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps(to_dict(cfg)))
     record_invocation(run, "mazegym train --run-dir " + str(run))
     if metrics:
         logger = MetricsLogger(run, tensorboard=False, echo=lambda m: None)
+        for step in range(1, 9):  # a first-step spike, as MazeVLM's vision pretraining logs
+            logger.log(
+                step,
+                {"vision_loss": 14000.0 if step == 1 else 2.0 / step, "vision_move_accuracy": 0.1 * step},
+                phase="vision",
+            )
         for step in range(1, 6):
             logger.log(step, {"loss": 3.0 / step, "grad_norm": 1.0}, phase="sft")
         logger.log(0, {"eval/solve_rate": 0.25, "time/eval": 4.0}, phase="eval")
@@ -137,6 +143,7 @@ def make_run(run: Path, evals: bool = True, metrics: bool = True) -> Path:
                 {
                     "rollout/success_rate": 0.2 + 0.05 * step,
                     "train/return_mean": 0.1 * step,
+                    "rollout/spl": 0.0,
                     "train/approx_kl": 0.01,
                     "train/entropy": float("nan"),
                     "train/clip_frac": 0.1,
@@ -174,7 +181,7 @@ def test_report_is_one_self_contained_html_file(tmp_path, capsys):
     assert page.count('alt="maze ') == 128, "64 thumbnails before and 64 after"
     assert "Before RL: step 0" in page and "After RL: step 4" in page and "26/64" in page
     assert "Newly solved: #16, #17" in page and "Newly failed: #0, #1" in page
-    assert "mazegym train --run-dir" in page and "transformers" in page and "Success: training rollouts" in page
+    assert "mazegym train --run-dir" in page and "transformers" in page and "Success: training episodes" in page
     assert "(empty reply)" not in page and "no idea" in page, "invalid reply samples shown, escaped"
 
 
@@ -187,6 +194,104 @@ def test_report_says_what_is_missing_and_refuses_a_dir_without_a_run(tmp_path, c
     code, stdout, err = _report([str(tmp_path / "empty")], capsys)
     assert code == 2 and "holds no mazegym run" in err and "Traceback" not in err
     assert not (tmp_path / "empty" / "report.html").exists()
+
+
+def _charts(page: str) -> dict[str, tuple[str, str]]:
+    """heading -> (caption, image alt text) of every learning-curve chart on a report page."""
+    found = re.findall(r'<div class="chart"><h3>(.*?)</h3>(?:<p class="caption">(.*?)</p>)?<img alt="(.*?)"', page)
+    return {heading: (caption, alt) for heading, caption, alt in found}
+
+
+def test_report_charts_have_human_titles_y_labels_and_a_log_axis_for_a_spiking_loss(tmp_path, capsys):
+    from runners.artifacts.report import _figure, chart_plan, load_run
+
+    run = make_run(tmp_path / "run")
+    assert _report([str(run)], capsys)[0] == 0
+    charts = _charts((run / "report.html").read_text())
+    assert {"Vision pretraining", "Supervised fine-tuning (SFT)", "Seconds per RL step, by phase"} <= set(charts)
+    assert "Vision pretraining loss (y: loss, log scale)" in charts["Vision pretraining"][1]
+    assert "on a log y-axis" in charts["Vision pretraining"][0]
+    assert "Policy entropy" not in charts["Policy: KL, entropy, clipping"][1], "an all-NaN metric has no panel"
+    assert "Share of tokens clipped by PPO (y: clipped fraction)" in charts["Policy: KL, entropy, clipping"][1]
+    data = load_run(run)
+    for chart in chart_plan(data.metrics, data.config):
+        for ax, panel in zip(_figure(chart).axes, chart.panels):
+            assert ax.get_title() == panel.title and "/" not in ax.get_title(), "a title, not a metric key"
+            assert ax.get_ylabel() and ax.get_xlabel()
+            assert ax.get_yscale() == ("log" if panel.log else "linear")
+    vision = next(c for c in chart_plan(data.metrics, data.config) if c.heading == "Vision pretraining")
+    assert [p.log for p in vision.panels] == [True, False], "the loss on a log axis, the accuracy on 0..1"
+
+
+def test_report_explains_the_training_success_and_leaves_out_what_the_recipe_lacks(tmp_path, capsys):
+    plain = make_run(tmp_path / "plain", evals=False, overrides=("loop.parity_every=5",))
+    assert _report([str(plain)], capsys)[0] == 0
+    charts = _charts((plain / "report.html").read_text())
+    success = charts["Success: training episodes and the fixed eval set"][0]
+    assert "sampled plays (temperature 0.7, 8 per maze)" in success and "greedy play (temperature 0)" in success
+    assert "SPL of the training rollouts" in charts["Return and reward spread"][1]
+    assert "every 5 steps, runs the parity probe" in charts["Seconds per RL step, by phase"][0]
+
+    branching = make_run(tmp_path / "branching", evals=False, overrides=("rollout.branching=true",))
+    assert _report([str(branching)], capsys)[0] == 0
+    page = (branching / "report.html").read_text()
+    charts = _charts(page)
+    assert "one-move branches" in charts["Success: training episodes and the fixed eval set"][0]
+    assert "SPL of the training rollouts" not in page, "no flat-zero SPL panel on a branching run"
+    assert "SPL is left out" in charts["Return and reward spread"][0]
+    assert "parity" not in page.split("<h2>Run details</h2>")[0], "no parity caption when the probe is off"
+
+
+def test_report_grids_are_titled_and_carry_a_colour_legend(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    assert _report([str(run)], capsys)[0] == 0
+    page = (run / "report.html").read_text()
+    legend = '<div class="legend">Frame colour:<span class="swatch" style="background:rgb{}"></span>solved'
+    assert page.count(legend.format(OUTCOME_RGB[True])) == 2, "one legend over each grid"
+    assert page.count(f'rgb{OUTCOME_RGB[False]}"></span>failed') == 2
+    assert "not played" not in page.split("Replays of the agent")[0].split("Before RL")[1]
+
+
+# --------------------------------------------------------------------------- pictures outside the report
+def test_before_after_grids_are_titled_over_a_legend():
+    from mazegym.recording import before_after_grids, outcome_legend, titled
+
+    specs = load_eval_set(SET)[:16]
+    before, after = [i < 4 for i in range(16)], [i < 12 for i in range(16)]
+    plain = maze_grid(specs, before)
+    picture = before_after_grids(specs, before, after)
+    assert picture.shape[0] > plain.shape[0] + 20 and picture.shape[1] > 2 * plain.shape[1]
+    title = titled(plain, "before RL")
+    strip = title[: title.shape[0] - plain.shape[0]]
+    assert (strip < 128).any(), "the title is drawn in black above the grid"
+    assert (title[strip.shape[0] :] == plain).all()
+    assert (picture[: strip.shape[0]] < 128).any(), "both sheets have their title strip"
+
+    def swatch_pixels(image, outcome):  # the legend's swatch of that colour (anti-aliased text makes only a few)
+        legend = image[-outcome_legend().shape[0] :]
+        return int((legend == np.array(OUTCOME_RGB[outcome], np.uint8)).all(axis=-1).sum())
+
+    assert swatch_pixels(picture, True) >= 100 and swatch_pixels(picture, False) >= 100
+    assert swatch_pixels(picture, None) < 20, "no 'not played' entry when every maze was played"
+    assert swatch_pixels(before_after_grids(specs, [None] * 16, after), None) >= 100
+    wide = titled(np.zeros((10, 10, 3), np.uint8), "a title far wider than the picture")
+    assert wide.shape[1] > 10 and titled(plain, "x").shape == titled(plain, "another").shape
+
+
+def test_readme_pictures_titles_both_grids(tmp_path, monkeypatch):
+    import runpy
+    import sys
+
+    run = make_run(tmp_path / "run", metrics=False)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "readme_pictures.py"
+    monkeypatch.setattr(sys, "argv", ["readme_pictures.py", str(run), "--set", SET, "--out", str(tmp_path / "out")])
+    runpy.run_path(str(script), run_name="__main__")
+    from PIL import Image
+
+    grids = np.asarray(Image.open(tmp_path / "out" / "main_job_grids.png").convert("RGB"))
+    plain = maze_grid(load_eval_set(SET), [True] * 64)
+    assert grids.shape[0] > plain.shape[0] + 20, "a title strip above and a legend under the grids"
+    assert (grids[:10] < 128).any() and (tmp_path / "out" / "main_job_agent.gif").is_file()
 
 
 # --------------------------------------------------------------------------- browser

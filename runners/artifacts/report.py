@@ -27,10 +27,6 @@ from runners.train.run_info import RUN_INFO, package_versions
 REPORT_NAME = "report.html"
 """Default file name of the report, in the run dir."""
 
-RATE_KEYS = ("rollout/success_rate", "eval/solve_rate")
-POLICY_KEYS = ("train/approx_kl", "train/kl", "train/entropy", "train/clip_frac")
-REWARD_KEYS = ("train/return_mean", "train/reward_var_mean", "rollout/spl")
-
 
 @dataclass
 class RunData:
@@ -147,67 +143,220 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _chart(
-    panels: list[tuple[str, list[tuple[str, list[int], list[float]]]]],
-    xlabel: str = "RL step",
-    ylim: tuple[float, float] | None = None,
-) -> str:
-    """One PNG of side-by-side panels, each with its named lines; matplotlib's Agg canvas, no pyplot state."""
+@dataclass
+class Panel:
+    """One plot of a chart: a human title, a y-axis label and its named lines."""
+
+    title: str
+    ylabel: str
+    lines: list[tuple[str, list[int], list[float]]]
+    """``(legend name, steps, values)`` per line."""
+    xlabel: str = "RL step"
+    log: bool = False
+    """Log y-axis (a first-step spike would flatten the rest of a linear one); the y-label then says so."""
+    ylim: tuple[float, float] | None = None
+
+
+@dataclass
+class Chart:
+    """A row of panels under one heading, with a caption saying how to read it."""
+
+    heading: str
+    panels: list[Panel]
+    caption: str = ""
+
+    def alt(self) -> str:
+        """The image's alt text: the heading and each panel's title and y-axis."""
+        parts = [f"{p.title} (y: {p.ylabel}{', log scale' if p.log else ''})" for p in self.panels]
+        return f"{self.heading}: {'; '.join(parts)}"
+
+
+METRIC_PANELS: dict[str, tuple[str, str]] = {
+    "train/return_mean": ("Mean return of the training episodes", "return"),
+    "train/reward_var_mean": ("Reward variance within a group", "variance of the return"),
+    "rollout/spl": ("SPL of the training rollouts", "SPL (success weighted by path length)"),
+    "train/approx_kl": ("KL between sampler and trained policy", "approximate KL (nats)"),
+    "train/kl": ("KL to the reference policy", "KL (nats)"),
+    "train/entropy": ("Policy entropy", "entropy (nats per token)"),
+    "train/clip_frac": ("Share of tokens clipped by PPO", "clipped fraction"),
+}
+"""Human title and y-axis label of each single-metric panel."""
+
+
+def _setting(config: dict[str, Any] | None, section: str, key: str, default: Any = None) -> Any:
+    """``config[section][key]`` of a config.json, or ``default`` when the run has none (or another shape)."""
+    part = (config or {}).get(section)
+    return part.get(key, default) if isinstance(part, dict) else default
+
+
+def _log_axis(values: Sequence[float], loss: bool = False) -> bool:
+    """A log y-axis for positive values with a spike (the largest over 20x the median); for a loss, also when it
+    falls by 10x or more (a loss curve reads as orders of magnitude)."""
+    if not values or min(values) <= 0:
+        return False
+    ordered = sorted(values)
+    spike = ordered[-1] > 20 * ordered[len(ordered) // 2]
+    return spike or (loss and ordered[-1] >= 10 * ordered[0])
+
+
+def _figure(chart: Chart) -> Any:
+    """The matplotlib Figure of ``chart`` (Agg canvas, no pyplot state): one titled, labelled axes per panel."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(4.2 * len(panels), 3.2), layout="constrained")
+    fig = Figure(figsize=(4.2 * len(chart.panels), 3.2), layout="constrained")
     FigureCanvasAgg(fig)
-    for i, (name, lines) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), i + 1)
-        for label, xs, ys in lines:
+    for i, panel in enumerate(chart.panels):
+        ax = fig.add_subplot(1, len(chart.panels), i + 1)
+        for label, xs, ys in panel.lines:
             ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, label=label)
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel(xlabel)
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel + (" (log scale)" if panel.log else ""))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if ylim is not None:
-            ax.set_ylim(*ylim)
-        if len(lines) > 1:
+        if panel.log:
+            ax.set_yscale("log")
+        if panel.ylim is not None:
+            ax.set_ylim(*panel.ylim)
+        if len(panel.lines) > 1:
             ax.legend(fontsize=8)
-    return _figure_uri(fig)
+    return fig
 
 
-def learning_curves(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    """``(caption, PNG data URI)`` of every chart the metrics allow (empty when none)."""
+def _success_caption(config: dict[str, Any] | None, has_greedy_start: bool) -> str:
+    """How to read the training success beside the eval solve rate, for the run's recipe."""
+    eval_set = _setting(config, "maze", "eval_set") or "the fixed eval set"
+    temperature = _setting(config, "eval", "temperature", 0.0)
+    how = "greedy play (temperature 0)" if not temperature else f"play at temperature {temperature}"
+    evaluation = f"The eval line is {how} of every maze of {eval_set} from its start: the number to read for progress."
+    if _setting(config, "rollout", "branching"):
+        training = (
+            "The training line is not a solve rate of whole plays: with rollout.branching=true the training episodes "
+            "are one-move branches (all 4 moves at every open cell of fresh training mazes, each followed by the "
+            "greedy policy), and a branch succeeds only when its move leads to the goal, so wrong moves and wall "
+            "bumps count as failures and the line stays far below the eval line even for a perfect policy."
+        )
+        if has_greedy_start:
+            training += (
+                " The greedy-from-the-start line is the greedy policy's play of the same training mazes from their"
+                " start, the training-side number comparable with the eval line."
+            )
+    else:
+        sampled = _setting(config, "rollout", "temperature")
+        group = _setting(config, "rollout", "group_size")
+        detail = f" (temperature {sampled}, {group} per maze)" if sampled is not None and group is not None else ""
+        training = (
+            f"The training line is the share of sampled plays{detail} of fresh training mazes that reach the goal: "
+            "the episodes the update learns from. Sampling explores, so it sits below the greedy eval of the same "
+            "policy."
+        )
+    return f"{training} {evaluation}"
+
+
+def chart_plan(records: Sequence[dict[str, Any]], config: dict[str, Any] | None = None) -> list[Chart]:
+    """The charts the metrics allow, leaving out panels that do not apply to the run's recipe (``config``)."""
     charts = []
-    rates = [(k, *_series(records, k)) for k in RATE_KEYS]
+    rate_names = {
+        "rollout/success_rate": "training episodes (sampled)",
+        "rollout/greedy_start_success": "training mazes, greedy from the start",
+        "eval/solve_rate": "eval set (greedy)",
+    }
+    branching = bool(_setting(config, "rollout", "branching"))
+    if branching:
+        rate_names["rollout/success_rate"] = "training branches"
+    if _setting(config, "eval", "temperature", 0.0):
+        rate_names["eval/solve_rate"] = "eval set (sampled)"
+    rates = [(name, *_series(records, key)) for key, name in rate_names.items()]
     rates = [r for r in rates if r[1]]
     if rates:
-        names = {"rollout/success_rate": "training rollouts (sampled)", "eval/solve_rate": "eval set (greedy)"}
+        has_greedy_start = any(r[0] == rate_names["rollout/greedy_start_success"] for r in rates)
+        panel = Panel("Training success and eval solve rate", "share that reached the goal", rates, ylim=(-0.02, 1.02))
         charts.append(
-            (
-                "Success: training rollouts and the fixed eval set",
-                _chart([("success / solve rate", [(names[k], x, y) for k, x, y in rates])], ylim=(-0.02, 1.02)),
+            Chart(
+                "Success: training episodes and the fixed eval set", [panel], _success_caption(config, has_greedy_start)
             )
         )
-    for caption, keys in (("Return and SPL", REWARD_KEYS), ("Policy: KL, entropy, clip fraction", POLICY_KEYS)):
-        panels = [(k, [(k, *_series(records, k))]) for k in keys]
-        panels = [p for p in panels if p[1][0][1]]
+    left_out = {"rollout/spl"} if branching else set()  # one-move branches have no path whose length SPL could weigh
+    for heading, keys in (
+        ("Return and reward spread", ("train/return_mean", "train/reward_var_mean", "rollout/spl")),
+        ("Policy: KL, entropy, clipping", ("train/approx_kl", "train/kl", "train/entropy", "train/clip_frac")),
+    ):
+        panels = []
+        for key in keys:
+            xs, ys = _series(records, key)
+            if xs and key not in left_out:
+                title, ylabel = METRIC_PANELS[key]
+                panels.append(Panel(title, ylabel, [(key, xs, ys)], log=_log_axis(ys)))
+        caption = ""
+        if "rollout/spl" in keys and left_out and _series(records, "rollout/spl")[0]:
+            caption = (
+                "SPL is left out: with rollout.branching=true the training episodes are one-move branches, which "
+                "have no path whose length SPL could weigh."
+            )
         if panels:
-            charts.append((caption, _chart(panels)))
-    time_keys = sorted({k for r in records if r.get("phase") == "rl" for k in r if k.startswith("time/")})
+            charts.append(Chart(heading, panels, caption))
+    rl = [r for r in records if r.get("phase") == "rl"]
+    time_keys = sorted({k for r in rl for k in r if k.startswith("time/")})
     if time_keys:
-        lines = [(k.split("/", 1)[1], *_series([r for r in records if r.get("phase") == "rl"], k)) for k in time_keys]
-        charts.append(("Seconds per RL step, by phase (sync includes the parity probe)", _chart([("seconds", lines)])))
-    for phase, key, caption in (("vision", "vision_loss", "Vision pretraining loss"), ("sft", "loss", "SFT loss")):
-        points = sorted(
-            (int(r["step"]), float(r[key])) for r in records if r.get("phase") == phase and _number(r.get(key))
-        )
-        if points:
-            charts.append(
-                (
-                    caption,
-                    _chart([(key, [(key, [p[0] for p in points], [p[1] for p in points])])], xlabel=f"{phase} step"),
-                )
+        lines = [(k.split("/", 1)[1], *_series(rl, k)) for k in time_keys]
+        parity = _setting(config, "loop", "parity_every", 0)
+        caption = "Sync publishes the new adapter to the generator"
+        caption += f" and, every {parity} steps, runs the parity probe." if parity else "."
+        if "time/eval" in time_keys or "time/checkpoint" in time_keys:
+            caption += " The eval and checkpoint phases take time only on the steps that evaluate or save."
+        charts.append(
+            Chart(
+                "Seconds per RL step, by phase",
+                [Panel("Wall time of each phase", "seconds", lines)],
+                caption,
             )
+        )
+    for phase, heading, keys in (
+        (
+            "vision",
+            "Vision pretraining",
+            (
+                ("vision_loss", "Vision pretraining loss", "loss"),
+                ("vision_move_accuracy", "Vision pretraining: move accuracy", "accuracy"),
+            ),
+        ),
+        ("sft", "Supervised fine-tuning (SFT)", (("loss", "SFT loss", "cross-entropy loss"),)),
+    ):
+        panels = []
+        for key, title, ylabel in keys:
+            points = sorted(
+                (int(r["step"]), float(r[key])) for r in records if r.get("phase") == phase and _number(r.get(key))
+            )
+            if points:
+                xs, ys = [p[0] for p in points], [p[1] for p in points]
+                loss = key.endswith("loss")
+                panels.append(
+                    Panel(
+                        title,
+                        ylabel,
+                        [(key, xs, ys)],
+                        xlabel=f"{phase} step",
+                        log=_log_axis(ys, loss=loss) or (key == "vision_loss" and min(ys) > 0),
+                        ylim=None if loss else (-0.02, 1.02),
+                    )
+                )
+        if panels:
+            logged = [p.title for p in panels if p.log]
+            caption = (
+                f"{' and '.join(logged)} on a log y-axis: the first steps' loss can be orders of magnitude above the "
+                "rest and would flatten a linear one."
+                if logged
+                else ""
+            )
+            charts.append(Chart(heading, panels, caption))
     return charts
+
+
+def learning_curves(records: Sequence[dict[str, Any]], config: dict[str, Any] | None = None) -> list[tuple[Chart, str]]:
+    """``(chart, PNG data URI)`` of every chart the metrics allow (empty when none); see :func:`chart_plan`."""
+    return [(chart, _figure_uri(_figure(chart))) for chart in chart_plan(records, config)]
 
 
 def _replay_gif(record: dict[str, Any], env: dict[str, Any], spec: Any) -> str:
@@ -224,6 +373,8 @@ h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top
 .note{background:#fff6d5;border:1px solid #e6d07a;padding:8px 12px;border-radius:4px}
 .grid{display:flex;flex-wrap:wrap;gap:6px}.cell{width:92px;text-align:center;font-size:10px}
 .cell img{width:84px;image-rendering:pixelated}.ok{color:#007a00}.bad{color:#78009f}
+.legend{margin:4px 0 8px;font-size:13px}.swatch{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;
+vertical-align:middle}.caption{color:#444;font-size:14px;max-width:900px}
 .replays{display:flex;flex-wrap:wrap;gap:16px}.replay{width:260px;font-size:12px}
 .replay img{width:240px;image-rendering:pixelated;border:1px solid #ccc}
 pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;white-space:pre-wrap}
@@ -252,8 +403,18 @@ def _rate(summary: dict[str, Any] | None) -> str:
     return f"{rate} ({_esc(summary.get('solved', '?'))}/{_esc(summary.get('episodes', '?'))})"
 
 
+def _legend(outcomes: Sequence[bool | None]) -> str:
+    """The thumbnails' frame colours, each beside its name (solved green, failed purple, not played dark)."""
+    from mazegym.recording import OUTCOME_NAMES, OUTCOME_RGB
+
+    items = "".join(
+        f'<span class="swatch" style="background:rgb{OUTCOME_RGB[o]}"></span>{OUTCOME_NAMES[o]}' for o in outcomes
+    )
+    return f'<div class="legend">Frame colour:{items}</div>'
+
+
 def _eval_grid(evaluation: dict[str, Any], specs: Sequence[Any]) -> str:
-    """The fixed set as thumbnails in set order, each framed and captioned by its outcome."""
+    """The fixed set as thumbnails in set order, each framed and captioned by its outcome, under a colour legend."""
     from mazegym.recording import maze_thumbnail
 
     by_index = {r["index"]: r for r in evaluation["mazes"] if r.get("index") is not None}
@@ -268,7 +429,8 @@ def _eval_grid(evaluation: dict[str, Any], specs: Sequence[Any]) -> str:
             f'<div class="cell"><img alt="maze {i}: {mark}" src="{_png(maze_thumbnail(spec, solved))}">'
             f'<br>#{i} <span class="{cls}">{mark}</span>{moves}</div>'
         )
-    return '<div class="grid">' + "".join(cells) + "</div>"
+    outcomes = [True, False] + ([None] if len(by_index.keys() & set(range(len(specs)))) < len(specs) else [])
+    return _legend(outcomes) + '<div class="grid">' + "".join(cells) + "</div>"
 
 
 def _replays(evaluation: dict[str, Any], specs: Sequence[Any], per_outcome: int) -> str:
@@ -457,11 +619,14 @@ def render_html(data: RunData, replays: int = 3) -> str:
             + "".join(f"<li>{_esc(m)}</li>" for m in data.missing)
             + "</ul></div>"
         )
-    charts = learning_curves(data.metrics)
+    charts = learning_curves(data.metrics, data.config)
     body = ["<h2>Learning curves</h2>"]
-    body += [f'<div class="chart"><p>{_esc(c)}</p><img alt="{_esc(c)}" src="{uri}"></div>' for c, uri in charts] or [
-        "<p>No metrics to plot.</p>"
-    ]
+    body += [
+        f'<div class="chart"><h3>{_esc(c.heading)}</h3>'
+        + (f'<p class="caption">{_esc(c.caption)}</p>' if c.caption else "")
+        + f'<img alt="{_esc(c.alt())}" src="{uri}"></div>'
+        for c, uri in charts
+    ] or ["<p>No metrics to plot.</p>"]
     body += ["<h2>The fixed eval set, before and after RL</h2>", _mazes_section(data, replays)]
     body += ["<h2>Run details</h2>", _details(data)]
     return (
