@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     model = getattr(generator, "model", None)
     if args.iterations and model is not None:
-        from algos.models.maze_vlm import RecurrentConvEncoder
+        from algos.models.maze_vlm import recurrent_encoders
 
-        encoders = [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
+        encoders = recurrent_encoders(model)
         if encoders:
             config.eval.scale_vision_iterations = False
             lines += ["", "| set | " + " | ".join(f"{n} it." for n in args.iterations) + " |"]

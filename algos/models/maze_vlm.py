@@ -328,10 +328,7 @@ def set_vision_iterations(model: nn.Module, iterations: int) -> None:
     """Run the recurrent encoder for ``iterations`` steps from now on (e.g. more for larger mazes)."""
     if iterations < 1:
         raise ValueError(f"vision iterations must be >= 1, got {iterations}")
-    found = [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
-    if not found:
-        raise ValueError("this model has no recurrent conv vision encoder")
-    for module in found:
+    for module in _required_encoders(model):
         module.iterations = int(iterations)
 
 
@@ -345,11 +342,20 @@ def set_vision_grad_iterations(model: nn.Module, iterations: int) -> None:
     """
     if iterations < 0:
         raise ValueError(f"vision grad iterations must be >= 0, got {iterations}")
-    found = [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
+    for module in _required_encoders(model):
+        module.grad_iterations = int(iterations)
+
+
+def recurrent_encoders(model: nn.Module) -> list[RecurrentConvEncoder]:
+    """The recurrent conv vision encoders inside ``model`` (a PEFT wrapper holds two: the original and its copy)."""
+    return [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
+
+
+def _required_encoders(model: nn.Module) -> list[RecurrentConvEncoder]:
+    found = recurrent_encoders(model)
     if not found:
         raise ValueError("this model has no recurrent conv vision encoder")
-    for module in found:
-        module.grad_iterations = int(iterations)
+    return found
 
 
 class MazeVLMImageProcessor(BaseImageProcessor):
@@ -426,6 +432,7 @@ __all__ = [
     "MazeVLMImageProcessor",
     "RecurrentConvEncoder",
     "register",
+    "recurrent_encoders",
     "set_vision_grad_iterations",
     "set_vision_iterations",
 ]

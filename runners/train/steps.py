@@ -167,15 +167,11 @@ def vision_iterations_for(generator: Any, config: TrainConfig, set_name: str):
     Yields the iteration count used (None when the model has no recurrent encoder, scaling is
     off, or the set's mazes are not larger than ``maze.size``); restores the count afterwards.
     """
-    from algos.models.maze_vlm import RecurrentConvEncoder
+    from algos.models.maze_vlm import recurrent_encoders
     from mazegym.evalsets import EVAL_SETS
 
     model = getattr(generator, "model", None)
-    encoders = (
-        [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
-        if isinstance(model, torch.nn.Module)
-        else []
-    )
+    encoders = recurrent_encoders(model) if isinstance(model, torch.nn.Module) else []
     size = EVAL_SETS[set_name].size
     if not encoders or not config.eval.scale_vision_iterations or size <= config.maze.size:
         yield None
