@@ -28,17 +28,21 @@ _ENTRY_POINT = "mazegym.envs.vismaze:VisMazeEnv"
 REGISTERED_ENVS: dict[str, dict] = {
     "VisMaze-v0": {"size": 9, "max_moves": 20},
     "VisMaze-Hard-v0": {"size": 11, "max_moves": 30},
+    "VisMaze-5x5-v0": {"size": 5, "max_moves": 8},
     "VisMaze-7x7-v0": {"size": 7, "max_moves": 16},
     "VisMaze-13x13-v0": {"size": 13, "max_moves": 50},
     "VisMaze-15x15-v0": {"size": 15, "max_moves": 70},
+    "VisMaze-17x17-v0": {"size": 17, "max_moves": 80},
+    "VisMaze-19x19-v0": {"size": 19, "max_moves": 100},
     "VisMaze-21x21-v0": {"size": 21, "max_moves": 150},
+    "VisMaze-33x33-v0": {"size": 33, "max_moves": 250},
 }
 """Registered ids and their kwargs (``docs/envs.md`` lists them from ``gymnasium.registry``).
 
 9x9/20 and 11x11/30 are VisGym maze_2d easy/hard: at these limits about 1% of Wilson mazes are
 longer than the limit, as in VisGym; evaluation sets contain only solvable mazes. The larger sizes
 (generalisation studies) get about 1.5-2x their median optimal path (Wilson: 24, 28 and 48 moves
-at 13, 15 and 21)."""
+at 13, 15 and 21; 32, 40, 88 at 17, 19 and 33). A 5x5 grid holds only 16 distinct mazes, each 4 moves long."""
 
 
 def _register_all() -> None:

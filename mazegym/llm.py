@@ -152,9 +152,15 @@ def invalid_action_feedback(parsed: ParsedAction, require_stop: bool = False) ->
     return f"Invalid action ({reason}). Reply with one action ({choices}) inside tags, e.g. <action>up</action>."
 
 
-def system_prompt(size: int = 9, max_moves: int = 20, obs_mode: str = "both", require_stop: bool = False) -> str:
-    """The system prompt describing the maze task, the observation and the reply format."""
-    parts = [f"You are navigating a {size}x{size} maze."]
+def system_prompt(
+    size: int = 9, max_moves: int = 20, obs_mode: str = "both", require_stop: bool = False, size_free: bool = False
+) -> str:
+    """The system prompt describing the maze task, the observation and the reply format.
+
+    ``size_free`` leaves out the maze's size and move limit, so the text is the same for every maze size
+    (a model trained on one size then reads a larger maze's prompt as one it has seen).
+    """
+    parts = ["You are navigating a maze." if size_free else f"You are navigating a {size}x{size} maze."]
     if obs_mode in ("both", "image"):
         parts.append(
             "In the image, walls are gray and paths are white. You are the blue circle, and your goal is "
@@ -174,7 +180,7 @@ def system_prompt(size: int = 9, max_moves: int = 20, obs_mode: str = "both", re
     else:
         parts.append(f"Each turn choose one move: {moves}. Moving into a wall wastes the move.")
         done = "You succeed as soon as you reach the goal"
-    parts.append(f"{done} within {max_moves} moves.")
+    parts.append(f"{done}." if size_free else f"{done} within {max_moves} moves.")
     parts.append(
         "You may think briefly, then end your reply with exactly one action in tags, e.g. <action>up</action>."
     )

@@ -127,7 +127,11 @@ def _build_tiny_model(config: TrainConfig, out: Path) -> None:
         sftmod.add_task_tokens(
             out,
             sftmod.task_phrases(
-                config.maze.size, config.rollout.max_moves, config.rollout.obs_mode, config.rollout.require_stop
+                config.maze.size,
+                config.rollout.max_moves,
+                config.rollout.obs_mode,
+                config.rollout.require_stop,
+                config.rollout.size_free_prompt,
             ),
         )
 

@@ -12,10 +12,14 @@ from mazegym.solver import optimal_moves
 PINNED = {
     "VisMaze-v0": "f83ac93470e37021",
     "VisMaze-Hard-v0": "05e596fb7661643e",
+    "heldout-5x5": "74be1cbf7c038060",
     "heldout-7x7": "28fb15cf93922a51",
     "heldout-13x13": "b4d48e1f6268073b",
     "heldout-15x15": "f748d9b37327cfae",
+    "heldout-17x17": "4553dafd4c4e5d1a",
+    "heldout-19x19": "30693394cfbd263d",
     "heldout-21x21": "4fe3e0ad9727331c",
+    "heldout-33x33": "449ee06b2b22bb73",
     "fresh-9x9": "3de33deb623a391f",
 }
 
@@ -28,6 +32,13 @@ def test_eval_sets_are_pinned_by_hash():
         assert len(mazes) == count and len({m.maze_id for m in mazes}) == count
         assert set_hash(mazes) == expected, f"eval set {name} changed"
     assert EVAL_SETS["fresh-9x9"].count == 1000
+
+
+def test_every_odd_size_from_5_to_21_has_a_held_out_set():
+    sizes = {info.size for info in EVAL_SETS.values()}
+    assert set(range(5, 22, 2)) <= sizes and 33 in sizes
+    # 5x5 grids hold 16 distinct mazes, and its set holds all of them.
+    assert len({m.maze_id for m in load_eval_set("heldout-5x5")}) == EVAL_SETS["heldout-5x5"].count == 16
 
 
 def test_fresh_set_shares_no_maze_with_the_fixed_sets():

@@ -164,6 +164,12 @@ def test_system_prompt_describes_the_task():
     assert "'#'" not in system_prompt(9, 20, "image")
 
 
+def test_size_free_system_prompt_reads_the_same_at_every_size():
+    nine = system_prompt(9, 20, "image", size_free=True)
+    assert nine == system_prompt(13, 50, "image", size_free=True) == system_prompt(33, 250, "image", size_free=True)
+    assert "9x9" not in nine and "20" not in nine and "blue circle" in nine and "<action>up</action>" in nine
+
+
 def test_user_message_parts_follow_obs_mode():
     env = gym.make("VisMaze-v0")
     obs, info = env.reset(seed=0)

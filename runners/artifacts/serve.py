@@ -231,7 +231,16 @@ class ServedPolicy:
         from runners.config.derived import rollout_config
 
         rollout = rollout_config(self.config)
-        keys = ("obs_mode", "history", "history_k", "state_prompt", "require_stop", "max_new_tokens", "max_moves")
+        keys = (
+            "obs_mode",
+            "history",
+            "history_k",
+            "state_prompt",
+            "size_free_prompt",
+            "require_stop",
+            "max_new_tokens",
+            "max_moves",
+        )
         return {
             "model": self.name,
             "served": self.label,
@@ -678,6 +687,7 @@ def serving_markdown(
 
     maze_vlm = model_type == MODEL_TYPE
     obs_mode, max_moves = rollout["obs_mode"], int(rollout["max_moves"])
+    size_free = bool(rollout.get("size_free_prompt", False))
     size = 9
     try:
         from mazegym.evalsets import EVAL_SETS
@@ -720,7 +730,8 @@ def serving_markdown(
         f'env = gym.make("VisMaze-v0", size={size}, max_moves=asked["max_moves"], obs_mode=asked["obs_mode"],',
         '               **asked["env_kwargs"])',
         "obs, info = env.reset(seed=0)",
-        f'system = system_prompt({size}, asked["max_moves"], asked["obs_mode"], asked["require_stop"])',
+        f'system = system_prompt({size}, asked["max_moves"], asked["obs_mode"], asked["require_stop"],',
+        '                       asked["size_free_prompt"])',
         'messages = build_messages(system, [], user_message(obs, info, obs_mode=asked["obs_mode"]), "none")',
         'reply = chat(url, messages)["choices"][0]["message"]["content"]',
         "print(repr(reply), parse_action(reply).action)  # the reply text and the move it names",
@@ -752,7 +763,7 @@ def serving_markdown(
         "body = {",
         '    "model": "mazegym",',
         '    "messages": [',
-        f'        {{"role": "system", "content": system_prompt({size}, {max_moves}, "{obs_mode}")}},',
+        f'        {{"role": "system", "content": system_prompt({size}, {max_moves}, "{obs_mode}", size_free={size_free})}},',
         '        {"role": "user", "content": content},',
         "    ],",
         "}",

@@ -54,6 +54,9 @@ class RolloutConfig:
     Branching then scores exactly the policy that plays; without it branching asks each cell the prompt of a play's
     first move, an approximation (docs/research.md measures both).
     """
+    size_free_prompt: bool = False
+    """The system prompt leaves out the maze's size and move limit, so its text is the same at every maze size and a
+    model trained on 9x9 mazes reads a larger maze's prompt as one it was trained on."""
     history_k: int = 2
     """Past turns kept when history is "last_k"."""
     obs_mode: str = "text"
@@ -149,6 +152,10 @@ class RolloutConfig:
         return SamplingConfig(
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=seed
         )
+
+    def system_prompt(self, size: int) -> str:
+        """The system prompt of a ``size`` x ``size`` maze as these settings write it."""
+        return system_prompt(size, self.max_moves, self.obs_mode, self.require_stop, self.size_free_prompt)
 
 
 @dataclass
@@ -281,7 +288,7 @@ def play_episodes(
         for j in range(group_size)
     ]
     systems = {
-        maze.size: system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop) for maze in mazes
+        maze.size: config.system_prompt(maze.size) for maze in mazes
     }
     context = getattr(generator, "max_model_len", None)
     prompt_limit = None if context is None else int(context) - config.max_new_tokens
@@ -427,7 +434,7 @@ def cell_prompts(
     anchors: list[tuple[int, tuple[int, int]]] = []
     prompts: list[Prompt] = []
     for i, maze in enumerate(mazes):
-        system = system_prompt(maze.size, config.max_moves, config.obs_mode, config.require_stop)
+        system = config.system_prompt(maze.size)
         env = VisMazeEnv(size=maze.size, max_moves=config.max_moves, obs_mode=config.obs_mode, **config.env_kwargs)
         for r, c in np.argwhere(~maze.grid):
             cell = (int(r), int(c))

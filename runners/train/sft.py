@@ -64,14 +64,16 @@ TURN_PHRASES = [
 """Fixed phrases of every user turn (see :func:`mazegym.llm.user_message` and the env feedback)."""
 
 
-def task_phrases(size: int, max_moves: int, obs_mode: str, require_stop: bool = False) -> list[str]:
+def task_phrases(
+    size: int, max_moves: int, obs_mode: str, require_stop: bool = False, size_free: bool = False
+) -> list[str]:
     """Phrases the task tokenizer encodes as single tokens: the system prompt and the turn phrases.
 
     The text the model reads is unchanged; only its tokenisation gets shorter (a byte-level
     tokenizer spends ~430 tokens on the system prompt, which would dominate CPU compute).
     If the env's wording ever changes, unmatched text simply falls back to bytes.
     """
-    return [system_prompt(size, max_moves, obs_mode, require_stop)] + TURN_PHRASES
+    return [system_prompt(size, max_moves, obs_mode, require_stop, size_free)] + TURN_PHRASES
 
 
 def add_task_tokens(model_dir: str | Path, phrases: Sequence[str]) -> int:
@@ -127,13 +129,15 @@ def demo_turns(
     env_kwargs: dict[str, Any] | None = None,
     random_start: bool = False,
     state_prompt: bool = False,
+    size_free_prompt: bool = False,
 ) -> list[Turn]:
     """One oracle play of ``spec`` as training turns, built exactly like a rollout turn.
 
     Detours that would not fit the move limit are dropped (the demo must succeed).
     ``random_start`` starts the play from a uniformly random open cell instead of ``spec.start``
     (never producing an evaluation maze), so demonstrations also cover cells off the shortest path.
-    ``state_prompt`` builds the user turns as the rollout's ``state_prompt`` does (no counter, no move feedback).
+    ``state_prompt`` builds the user turns as the rollout's ``state_prompt`` does (no counter, no move feedback);
+    ``size_free_prompt`` writes the system prompt as the rollout's ``size_free_prompt`` does.
     """
     if random_start:
         spec = _random_start(spec, rng or np.random.default_rng())
@@ -143,7 +147,7 @@ def demo_turns(
         actions = optimal
     env = VisMazeEnv(size=spec.size, max_moves=max_moves, obs_mode=obs_mode, **(env_kwargs or {}))
     obs, info = env.reset(options={"maze": spec})
-    system = system_prompt(spec.size, max_moves, obs_mode)
+    system = system_prompt(spec.size, max_moves, obs_mode, size_free=size_free_prompt)
     past: list[tuple[dict, str]] = []
     turns = []
     for action in actions:
@@ -546,6 +550,7 @@ def _run_sft_into(
             eos_id=tokenizer.eos_token_id,
             env_kwargs=rc.env_kwargs,
             state_prompt=rc.state_prompt,
+            size_free_prompt=rc.size_free_prompt,
             random_start=config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts),
         )
 
