@@ -287,9 +287,7 @@ def play_episodes(
         for i, maze in enumerate(mazes)
         for j in range(group_size)
     ]
-    systems = {
-        maze.size: config.system_prompt(maze.size) for maze in mazes
-    }
+    systems = {maze.size: config.system_prompt(maze.size) for maze in mazes}
     context = getattr(generator, "max_model_len", None)
     prompt_limit = None if context is None else int(context) - config.max_new_tokens
     turn = 0
