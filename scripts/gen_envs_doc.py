@@ -46,10 +46,14 @@ GIFS = {"VisMaze-v0": "assets/vismaze_v0.gif", "VisMaze-Hard-v0": "assets/vismaz
 NOTES = {
     "VisMaze-v0": "VisGym maze_2d easy",
     "VisMaze-Hard-v0": "VisGym maze_2d hard",
+    "VisMaze-5x5-v0": "generalisation (smaller)",
     "VisMaze-7x7-v0": "generalisation (smaller)",
     "VisMaze-13x13-v0": "generalisation",
     "VisMaze-15x15-v0": "generalisation",
+    "VisMaze-17x17-v0": "generalisation",
+    "VisMaze-19x19-v0": "generalisation",
     "VisMaze-21x21-v0": "generalisation",
+    "VisMaze-33x33-v0": "generalisation (showcase)",
 }
 """The notes column of the configurations table; a registered id missing here gets an empty note."""
 
