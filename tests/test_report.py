@@ -185,6 +185,30 @@ def test_report_is_one_self_contained_html_file(tmp_path, capsys):
     assert "(empty reply)" not in page and "no idea" in page, "invalid reply samples shown, escaped"
 
 
+def test_report_draws_the_think_longer_curve_when_the_run_holds_an_extrapolation_record(tmp_path, capsys):
+    run = make_run(tmp_path / "run", evals=False)
+    code, _, err = _report([str(run)], capsys)
+    assert code == 0, err
+    assert "think longer" not in (run / "report.html").read_text().lower()
+    row = {"10": {"solve_rate": 0.0}, "20": {"solve_rate": 0.5}, "40": {"solve_rate": 0.75}}
+    record = {
+        "trained_size": 9,
+        "trained_iterations": 20,
+        "first": 16,
+        "sizes": {"VisMaze-v0": 9, "heldout-13x13": 13},
+        "sweep": {"VisMaze-v0": row, "heldout-13x13": row},
+    }
+    (run / "extrapolation.json").write_text(json.dumps(record))
+    code, _, err = _report([str(run)], capsys)
+    page = (run / "report.html").read_text()
+    assert code == 0, err
+    assert "Other maze sizes: think longer, solve bigger" in page and "first 16 mazes" in page
+    assert 'alt="solve rate against encoder iterations per maze size" src="data:image/png;base64,' in page
+    (run / "extrapolation.json").write_text(json.dumps({"sweep": {}}))
+    code, _, err = _report([str(run)], capsys)
+    assert code == 0 and "holds no iterations sweep" in (run / "report.html").read_text()
+
+
 def test_report_says_what_is_missing_and_refuses_a_dir_without_a_run(tmp_path, capsys):
     bare = make_run(tmp_path / "bare", evals=False, metrics=False)
     code, stdout, err = _report([str(bare)], capsys)

@@ -3,7 +3,9 @@
 The page reads only what the run wrote: ``metrics.jsonl`` (learning curves), the per-maze eval
 records ``eval/step_<N>_<set>.json`` (the fixed set as solved/failed thumbnails before and after
 RL, and GIF replays of the trained agent, rebuilt from maze + actions without the model),
-``eval_results.json``, ``config.json`` and ``run_info.json`` (commands, package versions). Every
+``eval_results.json``, ``config.json``, ``run_info.json`` (commands, package versions) and, when
+``benchmarks/extrapolation.py RUN --json RUN/extrapolation.json`` has been run, its "think longer, solve
+bigger" curve (:data:`EXTRAPOLATION`). Every
 image is embedded as a base64 data URI, so the file can be mailed or attached as it is; it
 needs no script and no network. Whatever is missing is said on the page instead.
 
@@ -27,6 +29,9 @@ from runners.train.run_info import RUN_INFO, package_versions
 REPORT_NAME = "report.html"
 """Default file name of the report, in the run dir."""
 
+EXTRAPOLATION = "extrapolation.json"
+"""The record ``benchmarks/extrapolation.py --json`` writes; the report draws it when the run dir holds one."""
+
 
 @dataclass
 class RunData:
@@ -39,6 +44,8 @@ class RunData:
     """Per-maze eval record files, in step order."""
     results: dict[str, Any] | None = None
     run_info: dict[str, Any] | None = None
+    extrapolation: dict[str, Any] | None = None
+    """The iterations sweep of ``benchmarks/extrapolation.py`` (:data:`EXTRAPOLATION`), when present."""
     missing: list[str] = field(default_factory=list)
     """What the report could not show, and why (said on the page)."""
 
@@ -96,6 +103,12 @@ def load_run(run_dir: str | Path) -> RunData:
         data.run_info = {**data.run_info, "invocations": []}
     data.metrics = _read_metrics(run_dir / "metrics.jsonl", data)
     data.evals = list_eval_records(run_dir)
+    if (run_dir / EXTRAPOLATION).is_file():
+        record = _read_json(run_dir / EXTRAPOLATION, data)
+        if isinstance(record, dict) and isinstance(record.get("sweep"), dict) and record["sweep"]:
+            data.extrapolation = record
+        elif record is not None:
+            data.missing.append(f"{EXTRAPOLATION} holds no iterations sweep: no think-longer curve")
     if data.config is None:
         data.missing.append("no config.json: the run's configuration is unknown")
     if not data.metrics:
@@ -128,6 +141,54 @@ def _figure_uri(fig: Any) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     return _data_uri(buffer.getvalue(), "image/png")
+
+
+def think_longer_figure(record: dict[str, Any]) -> Any:
+    """The "think longer, solve bigger" chart of an extrapolation record: greedy solve rate against the vision
+    encoder's test-time iterations, one line per maze size (a matplotlib figure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    cmap = plt.get_cmap("viridis")
+    sweeps = record["sweep"]
+    trained = record.get("trained_size")
+    for i, (name, row) in enumerate(sweeps.items()):
+        size = record.get("sizes", {}).get(name, "?")
+        xs = [int(n) for n in row]
+        ys = [100 * row[n]["solve_rate"] for n in row]
+        label = f"{size}x{size}" + (" (trained)" if size == trained else "")
+        ax.plot(xs, ys, marker="o", color=cmap(i / max(1, len(sweeps) - 1)), label=label)
+    depth = record.get("trained_iterations")
+    if depth:
+        ax.axvline(depth, color="gray", linestyle=":", linewidth=1)
+        ax.text(depth, 2, " trained depth", color="gray", fontsize=8)
+    ax.set_xlabel("vision encoder iterations at test time")
+    ax.set_ylabel("greedy solve rate (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title(f"Think longer, solve bigger (trained on {trained}x{trained} mazes only)")
+    ax.legend(title="maze size", fontsize=8, title_fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def _extrapolation_section(record: dict[str, Any]) -> str:
+    import matplotlib.pyplot as plt
+
+    fig = think_longer_figure(record)
+    uri = _figure_uri(fig)
+    plt.close(fig)
+    caption = (
+        f"Greedy solve rate on the first {_esc(record.get('first', '?'))} mazes of each held-out size, with the vision "
+        "encoder run for a fixed number of iterations (benchmarks/extrapolation.py; nothing retrained, no solver)."
+    )
+    return (
+        '<h2>Other maze sizes: think longer, solve bigger</h2><div class="chart">'
+        f'<p class="caption">{caption}</p><img alt="solve rate against encoder iterations per maze size" '
+        f'src="{uri}"></div>'
+    )
 
 
 def _series(records: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -628,6 +689,8 @@ def render_html(data: RunData, replays: int = 3) -> str:
         for c, uri in charts
     ] or ["<p>No metrics to plot.</p>"]
     body += ["<h2>The fixed eval set, before and after RL</h2>", _mazes_section(data, replays)]
+    if data.extrapolation is not None:
+        body.append(_extrapolation_section(data.extrapolation))
     body += ["<h2>Run details</h2>", _details(data)]
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{CSP}<title>mazegym report: '
