@@ -140,7 +140,7 @@ def arguments_call(env_id: str = DEFAULT_ID) -> str:
     params = [p for p in inspect.signature(vismaze.VisMazeEnv.__init__).parameters if p != "self"]
     values = {p: _kwarg(env_id, p) for p in params}
     args = ", ".join(f'{p}="{v}"' if isinstance(v, str) else f"{p}={v!r}" for p, v in values.items())
-    return f'gymnasium.make("{env_id}", {args})'
+    return f'import gymnasium\nimport mazegym\n\ngymnasium.make("{env_id}", {args})'
 
 
 def check_arguments(body: str) -> None:

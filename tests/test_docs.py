@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import pytest
 
 import mazegym
 from mazegym.evalsets import EVAL_SETS
@@ -91,12 +92,19 @@ def _fenced(text: str, language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_python_snippets_run(tmp_path):
-    snippets = _fenced((ROOT / "README.md").read_text(), "python")
-    assert snippets, "the README has no Python snippet to check"
+SNIPPET_PAGES = ["README.md", "benchmarks/README.md", "deploy/README.md"] + sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")
+)
+
+
+@pytest.mark.parametrize("page", SNIPPET_PAGES)
+def test_python_snippets_of_readme_and_docs_run(page, tmp_path):
+    snippets = _fenced((ROOT / page).read_text(), "python")
+    if page == "README.md":
+        assert snippets, "the README has no Python snippet to check"
     for code in snippets:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        assert out.returncode == 0, f"README snippet failed:\n{code}\n{out.stderr}"
+        assert out.returncode == 0, f"{page} snippet failed:\n{code}\n{out.stderr}"
 
 
 def test_readme_and_docs_name_no_machine_paths():

@@ -56,6 +56,10 @@ object is not iterable``, and its ``check_env`` with "Error while checking key=t
 image alone, one line:
 
 ```python
+import gymnasium as gym
+import stable_baselines3
+from mazegym.wrappers import ImageObsWrapper  # importing mazegym registers the env ids
+
 env = ImageObsWrapper(gym.make("VisMaze-v0", obs_mode="image", cell_px=4))  # Box(0, 255, (36, 36, 3), uint8)
 model = stable_baselines3.PPO("CnnPolicy", env)
 ```
@@ -101,6 +105,9 @@ wall.", "Reached the goal!", "... No moves left."; empty after reset).
 ## Arguments
 
 ```python
+import gymnasium
+import mazegym
+
 gymnasium.make("VisMaze-v0", size=9, max_moves=20, generator="wilson", extra_openings=0.0,
                start_goal="corners", require_stop=False, obs_mode="both", cell_px=25,
                shaping=False, shaping_gamma=1.0, render_mode=None)
