@@ -8,10 +8,21 @@
 """
 
 from algos.data import Episode, Turn
-from algos.registry import DEFAULT, available, config_class, get, make, make_config, register
+from algos.registry import (
+    DEFAULT,
+    ROLLOUT_SCHEMES,
+    available,
+    config_class,
+    get,
+    make,
+    make_config,
+    register,
+    rollout_schemes,
+)
 
 __all__ = [
     "DEFAULT",
+    "ROLLOUT_SCHEMES",
     "Episode",
     "Turn",
     "available",
@@ -20,4 +31,5 @@ __all__ = [
     "make",
     "make_config",
     "register",
+    "rollout_schemes",
 ]

@@ -19,6 +19,7 @@ from algos import advantages as adv_lib
 from algos import losses
 from algos.data import Episode, Turn
 from algos.policy import Policy, PolicyOutput, response_mask, rollout_logprobs
+from algos.registry import ROLLOUT_SCHEMES
 
 
 @dataclass
@@ -157,6 +158,8 @@ class Algorithm:
     name = "base"
     needs_value_head = False
     """True when the algorithm trains a critic (the policy must have a value head)."""
+    rollout_schemes: tuple[str, ...] = ROLLOUT_SCHEMES
+    """The rollout schemes it trains on (:data:`algos.registry.ROLLOUT_SCHEMES`), the one it prefers first."""
 
     def __init__(self, policy: Policy, config: AlgorithmConfig | None = None, strategy: Strategy | None = None):
         self.policy = policy

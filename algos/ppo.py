@@ -7,7 +7,8 @@ Each turn is one transition: reward = the turn's reward, V(s_t) = the critic's v
 state the turn was played in (recomputed before the update). GAE runs within each episode; the episode's
 last turn is treated as terminal (a maze episode that hits its move limit is not bootstrapped:
 the observation carries no clock, so the limit is part of the task). Advantages are whitened
-over the batch, and the loss adds ``vf_coef *`` a clipped value loss. Groups are not needed.
+over the batch, and the loss adds ``vf_coef *`` a clipped value loss. Groups are not needed; it trains on whole
+plays only (``rollout_schemes``), never on branching rollouts' one-move episodes.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class PPO(Algorithm):
 
     Config = PPOConfig
     needs_value_head = True
+    # GAE runs along a play's turns and the critic learns the value of every state a play visits; a branch is a
+    # one-turn episode whose reward comes from a walk the critic never sees.
+    rollout_schemes = ("episodes",)
 
     def validate_config(self) -> None:
         """PPO additionally needs a value head."""

@@ -20,6 +20,12 @@ from typing import Any, Callable
 DEFAULT = "grpo"
 """The algorithm used when none is named, everywhere in the project."""
 
+ROLLOUT_SCHEMES = ("episodes", "branching")
+"""How a runner may collect an algorithm's experience. ``episodes``: G whole plays of each maze from its start,
+every turn of a play in one episode. ``branching``: every open cell of a maze an anchor, each of its 4 moves a
+one-turn episode valued by what the policy earns after it (the 4 make a group). An algorithm lists those it trains
+on as ``rollout_schemes`` (:func:`rollout_schemes`)."""
+
 _BUILTIN_MODULES = {
     "grpo": "algos.grpo",
     "dr_grpo": "algos.dr_grpo",
@@ -34,14 +40,21 @@ _REGISTRY: dict[str, type] = {}
 def register(name: str) -> Callable[[type], type]:
     """Class decorator registering an :class:`~algos.base.Algorithm` subclass under ``name``.
 
-    The class must define ``Config``, a dataclass whose fields are its hyperparameters.
-    Registering a name twice with a different class is an error.
+    The class must define ``Config``, a dataclass whose fields are its hyperparameters, and may narrow
+    ``rollout_schemes`` (default: every one of :data:`ROLLOUT_SCHEMES`). Registering a name twice with a
+    different class is an error.
     """
 
     def decorator(cls: type) -> type:
         config = getattr(cls, "Config", None)
         if config is None or not dataclasses.is_dataclass(config):
             raise TypeError(f"algorithm {cls.__name__!r} needs a dataclass attribute `Config`")
+        schemes = tuple(getattr(cls, "rollout_schemes", ROLLOUT_SCHEMES))
+        if not schemes or not set(schemes) <= set(ROLLOUT_SCHEMES):
+            raise TypeError(
+                f"algorithm {cls.__name__!r}: rollout_schemes={schemes!r} must name one or more of {ROLLOUT_SCHEMES}"
+            )
+        cls.rollout_schemes = schemes
         previous = _REGISTRY.get(name)
         if previous is not None and previous.__qualname__ != cls.__qualname__:
             raise ValueError(f"algorithm name {name!r} is already registered to {previous.__name__}")
@@ -70,6 +83,11 @@ def get(name: str) -> type:
     if name not in _REGISTRY:
         raise KeyError(f"unknown algorithm {name!r}; available: {', '.join(available())}")
     return _REGISTRY[name]
+
+
+def rollout_schemes(name: str) -> tuple[str, ...]:
+    """The rollout schemes (:data:`ROLLOUT_SCHEMES`) algorithm ``name`` trains on, the one it prefers first."""
+    return get(name).rollout_schemes
 
 
 def config_class(name: str) -> type:

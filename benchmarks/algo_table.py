@@ -35,8 +35,8 @@ ALGOS = ["grpo", "ppo", "rloo", "dr_grpo", "dapo", "gigpo"]
 # zero-variance filter (a GRPO setting) is turned off; DAPO's dynamic sampling *is* that filter, and its
 # clip-higher (0.2/0.28) and token-mean loss are DAPOConfig's defaults; GiGPO needs nothing extra.
 ALGO_OVERRIDES = {"ppo": ["algo.filter_zero_variance=false"], "dapo": ["algo.filter_zero_variance=true"]}
-# On the default preset PPO cannot use branching rollouts (its critic is trained on whole plays, and
-# validation refuses the pair), so it plays the preset's 20-move episodes instead; a step then holds
+# On the default preset PPO cannot use branching rollouts (its critic is trained on whole plays; `mazegym train`
+# moves it to these settings itself, the table names them), so it plays the preset's 20-move episodes; a step holds
 # ~17 turns per episode instead of one per branch, so it plays 8 mazes x 8 rollouts instead of 64 mazes
 # (about 20 s per step on one core instead of ~170 s) and every turn is kept (no zero-advantage skipping).
 PRESET_ALGO_OVERRIDES = {

@@ -63,18 +63,30 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace):
-    """Preset -> config files -> --run-dir / --resume -> KEY=VALUE overrides."""
-    from runners.config import apply_overrides, load_config_file
+    """Preset -> config files -> --run-dir / --resume -> KEY=VALUE overrides -> the rollout scheme the algorithm
+    trains on (:func:`runners.config.resolve_scheme`); what that changed is kept in ``args.config_notes``."""
+    from runners.config import (
+        apply_config_file,
+        apply_overrides,
+        override_keys,
+        read_config_file,
+        resolve_scheme,
+        scheme_of,
+    )
     from runners.config.presets import DEFAULT_PRESET, get_preset
 
     config = get_preset(args.preset or DEFAULT_PRESET)
-    for path in args.config:
-        load_config_file(config, path)
+    base = scheme_of(config)
+    files = [read_config_file(path) for path in args.config]
+    for data in files:
+        apply_config_file(config, data)
     if args.run_dir:
         config.run_dir = args.run_dir
     if getattr(args, "resume", None):
         config.checkpoint.resume = args.resume
     apply_overrides(config, list(args.overrides))
+    note = resolve_scheme(config, base, override_keys(list(args.overrides), files))
+    args.config_notes = [note] if note else []
     return config
 
 
@@ -118,8 +130,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     if args.dry_run:
-        return print_plan(config)
+        return print_plan(config, args.config_notes)
     validate(config)
+    for note in args.config_notes:
+        print(note, flush=True)
     if config.runner.kind == "ray":
         try:
             from runners.dist import ray_runner
@@ -208,7 +222,16 @@ def eval_config(args: argparse.Namespace):
     Without --model, the run dir must hold a run (its config.json); otherwise nothing would be
     evaluated but a freshly built random model. ``--preset`` replaces the run's config.
     """
-    from runners.config import apply_overrides, from_dict, load_config_file, validate
+    from runners.config import (
+        apply_config_file,
+        apply_overrides,
+        from_dict,
+        override_keys,
+        read_config_file,
+        resolve_scheme,
+        scheme_of,
+        validate,
+    )
 
     if args.preset is None:
         config = build_config(args)  # only for the default run dir
@@ -216,10 +239,14 @@ def eval_config(args: argparse.Namespace):
         saved = run_dir / "config.json"
         if saved.is_file():
             config = from_dict(read_run_config(saved))
-            for path in args.config:
-                load_config_file(config, path)
+            base = scheme_of(config)
+            files = [read_config_file(path) for path in args.config]
+            for data in files:
+                apply_config_file(config, data)
             config.run_dir = str(run_dir)
             apply_overrides(config, list(args.overrides))
+            note = resolve_scheme(config, base, override_keys(list(args.overrides), files))
+            args.config_notes = [note] if note else []
             return config
     else:
         config = build_config(args)
@@ -428,8 +455,9 @@ def _installed(module: str) -> bool:
         return False
 
 
-def print_plan(config) -> int:
-    """--dry-run: validate without loading a model or needing a GPU, then print the resolved plan."""
+def print_plan(config, notes: list[str] = ()) -> int:
+    """--dry-run: validate without loading a model or needing a GPU, then print the resolved plan (``notes``: lines
+    saying what resolving the config changed beyond the user's settings)."""
     from mazegym.evalsets import EVAL_SETS
     from runners.config import describe_fields, validate
 
@@ -461,6 +489,7 @@ def print_plan(config) -> int:
     episodes = loop.mazes_per_step * r.group_size
     lines = [
         f"Plan for preset {config.preset!r} (dry run: nothing loaded, nothing trained)",
+        *(f"  note         {note}" for note in notes),
         "  model        "
         f"{config.model.path or 'tiny ' + config.model.tiny + ' model built into ' + config.run_dir + '/base_model'}"
         f" ({config.model.dtype} on {config.model.device})",

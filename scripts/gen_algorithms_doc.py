@@ -4,7 +4,8 @@
     python scripts/gen_algorithms_doc.py --check    # exit 1 when the file is out of date (the tests run this)
 
 The page is generated so it cannot drift from the code, in CleanRL's form per algorithm: usage (the
-command; the settings validation asks for on the default preset), implementation details (the algorithm
+command), the rollout schemes it trains on (``rollout_schemes``; what choosing it on the default preset moves),
+implementation details (the algorithm
 module's docstring), settings (its ``Config`` dataclass: name, default, the docstring under the field),
 logged metrics (the keys its update returns beyond GRPO's, found by running one update of the network
 policy; every key is explained in docs/METRICS.md) and measured results (its row of the algorithm table
@@ -32,11 +33,26 @@ from runners.config import field_docs  # noqa: E402
 DOC = ROOT / "docs" / "algorithms.md"
 MEASURED = ROOT / "docs" / "assets" / "algo_table_cpu-maze-vlm.json"
 """The default preset's algorithm table, as ``benchmarks/algo_table.py --publish`` writes it."""
-DEFAULT_PRESET_NEEDS = {
-    "ppo": "rollout.branching=false loop.overlap_generation=false algo.skip_zero_advantage=false "
-    "algo.filter_zero_variance=false",
-}
-"""Settings the default preset's validation asks for before it accepts the algorithm."""
+
+
+def schemes(name: str) -> str:
+    """The rollout schemes ``name`` trains on, and what ``mazegym train algo.name=NAME`` does on the default preset."""
+    from runners.config import apply_overrides, override_keys, resolve_scheme, scheme_of
+    from runners.config.presets import DEFAULT_PRESET, get_preset
+    from runners.config.schemes import SCHEME_NAMES
+
+    supported = algos.rollout_schemes(name)
+    config = get_preset(DEFAULT_PRESET)
+    base, overrides = scheme_of(config), [f"algo.name={name}"]
+    note = resolve_scheme(apply_overrides(config, overrides), base, override_keys(overrides))
+    words = " and ".join(SCHEME_NAMES[s] for s in supported) + ("" if len(supported) > 1 else " only")
+    if note is None:
+        return f"{words[0].upper()}{words[1:]}."
+    return (
+        f"{words[0].upper()}{words[1:]}. On the default preset (`{DEFAULT_PRESET}`, {SCHEME_NAMES[base]}) "
+        f"`mazegym train algo.name={name}` (and its `--dry-run`) moves the run there and prints `{note}`. Setting "
+        "the scheme yourself to one it cannot train on is a config error naming `rollout.branching`."
+    )
 
 
 def update_keys(name: str) -> set[str]:
@@ -112,13 +128,13 @@ def render() -> str:
     for name in algos.available():
         cls = algos.get(name)
         module = inspect.getmodule(cls)
-        needs = DEFAULT_PRESET_NEEDS.get(name, "")
         lines += [
             "",
             f"## `{name}`",
             "",
-            "**Usage.** `mazegym train algo.name=" + name + (f" {needs}`" if needs else "`") + "; in Python "
-            f'`algos.make("{name}", policy, <field>=value)`.',
+            f'**Usage.** `mazegym train algo.name={name}`; in Python `algos.make("{name}", policy, <field>=value)`.',
+            "",
+            f"**Rollout schemes.** {schemes(name)}",
             "",
             "**Implementation details.**",
             "",

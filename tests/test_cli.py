@@ -63,6 +63,73 @@ def test_dry_run_of_the_8b_preset_prints_the_plan_without_gpu(capsys, tmp_path):
     assert not (tmp_path / "r").exists(), "a dry run must not create the run dir"
 
 
+def test_choosing_an_algorithm_is_one_setting(capsys, tmp_path):
+    """Every registered algorithm runs on the default preset: on its branching rollouts, or moved to a scheme it
+    trains on, which the dry run says in one line."""
+    import algos
+
+    for name in algos.available():
+        code, out, err = _run_main(["train", "--dry-run", f"algo.name={name}", f"run_dir={tmp_path / 'r'}"], capsys)
+        assert code == 0, f"{name}: {err}"
+        notes = [line for line in out.splitlines() if line.startswith("  note ")]
+        if "branching" in algos.rollout_schemes(name):
+            assert not notes and "rollout.branching = true" in out, name
+        else:
+            assert len(notes) == 1 and f"algo.name={name} trains on episode plays only: " in notes[0], name
+            assert "rollout.branching = false" in out
+    code, out, _ = _run_main(["train", "--dry-run", "algo.name=ppo", f"run_dir={tmp_path / 'r'}"], capsys)
+    assert (
+        "algo.name=ppo trains on episode plays only: rollout.branching=false loop.overlap_generation=false "
+        "algo.skip_zero_advantage=false algo.filter_zero_variance=false (set rollout.branching to choose the scheme "
+        "yourself)" in out
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["rollout.branching=true"], "rollout.branching=true: algo.name=ppo trains on episode plays only; set "),
+        (["algo.skip_zero_advantage=true"], "algo (ppo): skip_zero_advantage drops turns"),  # the user's, kept
+        (["loop.overlap_generation=true"], "loop.overlap_generation=true needs rollout.branching=true"),
+    ],
+)
+def test_settings_the_user_chose_are_kept_and_a_conflict_names_the_field(extra, message, capsys, tmp_path):
+    for dry in (["--dry-run"], []):
+        code, out, err = _run_main(["train", *dry, "algo.name=ppo", *extra, f"run_dir={tmp_path / 'r'}"], capsys)
+        assert code == 2 and message in err and "Traceback" not in err
+        assert not (tmp_path / "r").exists()
+
+
+def test_a_config_file_choosing_the_scheme_counts_as_the_users_choice(capsys, tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text('{"algo": {"name": "ppo"}, "rollout": {"branching": true}}')
+    code, out, err = _run_main(["train", "--dry-run", "--config", str(config), f"run_dir={tmp_path / 'r'}"], capsys)
+    assert code == 2 and "rollout.branching=true: algo.name=ppo" in err
+    config.write_text('{"algo": {"name": "ppo"}}')
+    code, out, err = _run_main(["train", "--dry-run", "--config", str(config), f"run_dir={tmp_path / 'r'}"], capsys)
+    assert code == 0 and "algo.name=ppo trains on episode plays only" in out
+
+
+def test_ppo_trains_on_the_default_pipeline_with_one_setting(tmp_path):
+    """`mazegym train --preset smoke algo.name=ppo`: the default pipeline, moved to episode plays, runs to the end."""
+    import json
+
+    run = tmp_path / "ppo"
+    argv = ["train", "--preset", "smoke", "algo.name=ppo", f"run_dir={run}", "logging.progress=false"]
+    out = subprocess.run(
+        [sys.executable, "-m", "runners.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "algo.name=ppo trains on episode plays only: rollout.branching=false" in out.stdout
+    config = json.loads((run / "config.json").read_text())
+    assert config["algo"]["name"] == "ppo" and config["rollout"]["branching"] is False
+    assert json.loads((run / "eval_results.json").read_text())["rl_steps"] == 2
+
+
 def test_dry_run_still_rejects_bad_configs(capsys):
     code, out, err = _run_main(["train", "--preset", "qwen3-vl-8b-lora32", "--dry-run", "lora.rank=0"], capsys)
     assert code == 2 and "lora.rank must be >= 1" in err

@@ -93,15 +93,72 @@ def test_ppo_is_accepted_on_the_language_model_presets(preset, runner):
     # the LM policies get a value head for ppo (algos.policies.lm.ValueHead), so nothing refuses it
     ppo = ["algo.name=ppo", "algo.vf_clip=0.2", f"runner.kind={runner}"]
     if get_preset(preset).rollout.branching:  # a critic needs whole plays, not branches: the error says so
-        fix = "rollout.branching=false algo.skip_zero_advantage=false loop.overlap_generation=false"
-        with pytest.raises(C.ConfigError, match=f"set {fix} for it"):
+        with pytest.raises(
+            C.ConfigError, match="algo.name=ppo trains on episode plays only; set rollout.branching=false"
+        ):
             C.validate(C.apply_overrides(get_preset(preset), ppo))
-        ppo += fix.split()
+        ppo += "rollout.branching=false algo.skip_zero_advantage=false loop.overlap_generation=false".split()
     if runner == "ray" and get_preset(preset).loop.update_threads > 1:  # the Ray runner's parallelism is workers
         ppo += ["loop.update_threads=1"]
     cfg = C.apply_overrides(get_preset(preset), ppo)
     C.validate(cfg)
     assert cfg.algo.name == "ppo" and cfg.algo.params["vf_clip"] == 0.2
+
+
+def _resolved(preset, overrides, files=()):
+    """``preset`` with ``overrides``, put on its algorithm's rollout scheme as ``mazegym`` does; (config, note)."""
+    cfg = get_preset(preset)
+    base = C.scheme_of(cfg)
+    C.apply_overrides(cfg, overrides)
+    return cfg, C.resolve_scheme(cfg, base, C.override_keys(overrides, files))
+
+
+def test_an_algorithm_that_cannot_branch_moves_to_episode_plays():
+    cfg, note = _resolved("cpu-maze-vlm", ["algo.name=ppo"])
+    assert note.startswith("algo.name=ppo trains on episode plays only: rollout.branching=false")
+    assert not cfg.rollout.branching and not cfg.loop.overlap_generation
+    assert cfg.algo.params["skip_zero_advantage"] is False and cfg.algo.params["filter_zero_variance"] is False
+    assert cfg.algo.params["negative_weight"] == 0.0  # the preset's other settings stay
+    C.validate(cfg, need_model=False)
+    for name in ("grpo", "dapo"):  # they branch: nothing moves
+        cfg, note = _resolved("cpu-maze-vlm", [f"algo.name={name}"])
+        assert note is None and cfg.rollout.branching and cfg.algo.params["skip_zero_advantage"] is True
+    cfg, note = _resolved("cpu-tiny", ["algo.name=ppo"])  # already on episode plays: the preset stays as it is
+    assert note is None and cfg.algo.params["filter_zero_variance"] is True
+
+
+def test_a_scheme_the_user_chose_brings_its_settings_but_keeps_the_users():
+    cfg, note = _resolved("cpu-maze-vlm", ["rollout.branching=false"])
+    assert note == (
+        "episode plays (rollout.branching=false) also set: loop.overlap_generation=false "
+        "algo.skip_zero_advantage=false algo.filter_zero_variance=false"
+    )
+    C.validate(cfg, need_model=False)
+    cfg, note = _resolved("cpu-maze-vlm", ["algo.name=dapo", "rollout.branching=false"])
+    assert "filter_zero_variance" not in note and cfg.algo.params["filter_zero_variance"] is True  # DAPO's default
+    cfg, note = _resolved("cpu-maze-vlm", ["algo.name=ppo", "algo.params.filter_zero_variance=true"])
+    assert cfg.algo.params["filter_zero_variance"] is True and "filter_zero_variance" not in note
+    cfg, note = _resolved("cpu-maze-vlm", ["algo.name=ppo"], files=[{"rollout": {"branching": True}}])
+    assert note is None and cfg.rollout.branching
+    with pytest.raises(C.ConfigError, match="rollout.branching=true: algo.name=ppo"):
+        C.validate(cfg, need_model=False)
+
+
+def test_an_algorithm_that_only_branches_moves_to_branching(monkeypatch):
+    import algos
+
+    monkeypatch.setattr(algos.get("rloo"), "rollout_schemes", ("branching",))
+    cfg, note = _resolved("cpu-tiny", ["algo.name=rloo"])
+    assert note.startswith("algo.name=rloo trains on branching rollouts only: rollout.branching=true")
+    assert cfg.rollout.branching and cfg.algo.params["old_logprobs"] == "recompute"
+    C.validate(cfg, need_model=False)
+    with pytest.raises(C.ConfigError, match="set rollout.branching=true .* or use grpo"):
+        C.validate(C.apply_overrides(get_preset("cpu-tiny"), ["algo.name=rloo"]), need_model=False)
+
+
+def test_override_keys_name_what_the_user_set():
+    keys = C.override_keys(["algo.params.lr=1", "rollout.branching = true"], [{"algo": {"name": "ppo"}, "x": 1}])
+    assert keys == {"algo.lr", "rollout.branching", "algo", "algo.name", "x"}
 
 
 def test_branching_needs_recomputed_old_logprobs():

@@ -2,17 +2,21 @@
 
 ``from runners.config import TrainConfig, apply_overrides, validate`` is the public surface;
 :mod:`~runners.config.schema` holds the dataclasses, :mod:`~runners.config.overrides` turns files
-and ``key=value`` strings into them, :mod:`~runners.config.validation` checks a whole config and
+and ``key=value`` strings into them, :mod:`~runners.config.schemes` puts a run on a rollout scheme
+its algorithm trains on, :mod:`~runners.config.validation` checks a whole config and
 :mod:`~runners.config.presets` names ready-made ones.
 """
 
 from runners.config.overrides import (
+    apply_config_file,
     apply_mapping,
     apply_overrides,
     describe_fields,
     field_docs,
     from_dict,
     load_config_file,
+    override_keys,
+    read_config_file,
     set_value,
     to_dict,
 )
@@ -30,6 +34,7 @@ from runners.config.schema import (
     SFTConfig,
     TrainConfig,
 )
+from runners.config.schemes import resolve_scheme, scheme_of
 from runners.config.validation import CHOICES, validate
 
 __all__ = [
@@ -46,12 +51,17 @@ __all__ = [
     "RunnerConfig",
     "SFTConfig",
     "TrainConfig",
+    "apply_config_file",
     "apply_mapping",
     "apply_overrides",
     "describe_fields",
     "field_docs",
     "from_dict",
     "load_config_file",
+    "override_keys",
+    "read_config_file",
+    "resolve_scheme",
+    "scheme_of",
     "set_value",
     "to_dict",
     "validate",

@@ -20,7 +20,7 @@ import textwrap
 import typing
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -217,19 +217,13 @@ def _get(config: Any, dotted: str) -> Any:
     return node
 
 
-def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
-    """Apply a YAML (.yaml/.yml) or JSON config file to ``config``."""
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML (.yaml/.yml) or JSON config file holds; ConfigError naming the file when it is unreadable."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     text = path.read_text()
     if path.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(
-                f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the config as JSON"
-            ) from None
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
@@ -241,6 +235,16 @@ def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: invalid JSON ({exc})") from None
+    return data
+
+
+def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
+    """Apply a YAML (.yaml/.yml) or JSON config file to ``config``."""
+    return apply_config_file(config, read_config_file(path))
+
+
+def apply_config_file(config: TrainConfig, data: Any) -> TrainConfig:
+    """Apply the mapping of a config file (:func:`read_config_file`) to ``config``."""
     # `algo` sections may list hyperparameters directly: {"algo": {"name": "grpo", "lr": 1e-4}}
     algo = data.get("algo") if isinstance(data, dict) else None
     if isinstance(algo, dict):
@@ -257,6 +261,23 @@ def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
         data = {k: v for k, v in data.items() if k != "algo"}
     apply_mapping(config, data)
     return config
+
+
+def override_keys(overrides: Sequence[str] = (), files: Sequence[Any] = ()) -> set[str]:
+    """The dotted keys that ``key=value`` overrides and config files (parsed mappings) set, each written as on the
+    command line (``algo.<field>`` for an algorithm's hyperparameter): what the user chose, as opposed to a preset."""
+    keys = {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
+
+    def walk(data: Any, prefix: str) -> None:
+        for key, value in data.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            keys.add(f"{prefix}{key}")
+
+    for data in files:
+        if isinstance(data, dict):
+            walk(data, "")
+    return {k.replace("algo.params.", "algo.", 1) if k.startswith("algo.params.") else k for k in keys}
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runners.config.overrides import _get
 from runners.config.schema import ConfigError, TrainConfig
+from runners.config.schemes import SCHEME_NAMES, scheme_of
 from runners.rollout.collect import RolloutConfig, draws_no_torch_randomness
 
 
@@ -135,13 +136,14 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of "
             f"{', '.join(algos.available())}"
         )
-    if config.rollout.branching and algos.get(config.algo.name).needs_value_head:
-        also = " algo.skip_zero_advantage=false" if config.algo.params.get("skip_zero_advantage") else ""
-        also += " loop.overlap_generation=false" if config.loop.overlap_generation else ""
+    schemes = algos.rollout_schemes(config.algo.name)
+    if scheme_of(config) not in schemes:
+        others = [name for name in algos.available() if scheme_of(config) in algos.rollout_schemes(name)]
         raise ConfigError(
-            f"rollout.branching=true scores each branch by its own outcome; algo.name={config.algo.name} "
-            f"trains a critic over whole plays: set rollout.branching=false{also} for it, or use a "
-            "group-relative algorithm (grpo, dr_grpo, rloo, dapo)"
+            f"rollout.branching={str(config.rollout.branching).lower()}: algo.name={config.algo.name} trains on "
+            f"{' or '.join(SCHEME_NAMES[s] for s in schemes)} only; set rollout.branching="
+            f"{str(schemes[0] == 'branching').lower()} (or leave rollout.branching to the preset: mazegym then "
+            f"moves the run to the algorithm's scheme), or use {', '.join(others)}"
         )
     try:
         algos.get(config.algo.name).check_config(algos.make_config(config.algo.name, **config.algo.params))
