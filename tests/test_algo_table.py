@@ -17,6 +17,7 @@ _spec.loader.exec_module(algo_table)
 
 
 def run(algo, seed, rc, after, curve, wall, rss, before=0.4):
+    """One run's record as read_run returns it, on an eval set of 20 mazes."""
     return {
         "algo": algo,
         "seed": seed,
@@ -25,6 +26,9 @@ def run(algo, seed, rc, after, curve, wall, rss, before=0.4):
         "peak_rss_mb": rss,
         "before": before if rc == 0 else None,
         "after": after,
+        "solved_before": round(20 * before) if rc == 0 else None,
+        "solved_after": None if after is None else round(20 * after),
+        "episodes": 20 if rc == 0 else None,
         "curve": curve,
     }
 
@@ -58,6 +62,15 @@ def test_aggregate_hand_computed():
     assert (b["finished"], b["failed"], b["reached"], b["steps_to_threshold"]) == (1, [0], 0, None)
     assert b["after"] == {"mean": 0.25, "min": 0.25, "max": 0.25, "std": None, "n": 1}
     assert b["wall_s"]["mean"] == pytest.approx(60.0)
+    # the counts behind the rates, each with its 95% Wilson interval: 8/20 before, 10, 15 and 20 of 20 after
+    assert [(c["seed"], c["solved"], c["episodes"]) for c in a["after_counts"]] == [
+        (0, 10, 20),
+        (1, 15, 20),
+        (2, 20, 20),
+    ]
+    assert a["after_counts"][0]["ci95"] == pytest.approx([0.2993, 0.7007], abs=5e-5)
+    assert a["after_counts"][2]["ci95"] == pytest.approx([0.8389, 1.0], abs=5e-5)
+    assert [c["solved"] for c in a["before_counts"]] == [8, 8, 8] and len(b["after_counts"]) == 1
 
 
 def test_threshold_is_inclusive_and_table_text():
@@ -67,11 +80,13 @@ def test_threshold_is_inclusive_and_table_text():
     md = algo_table.markdown(algo_table.aggregate(RUNS), meta)
     # seconds to 95%: 50, 130 s = 0.83, 2.17 min; wall 100-300 s; RSS 500-700 MB = 0.49-0.68 GB, sd 100 MB = 0.10 GB
     assert (
-        "| a | 3/3 | 40.0% (40.0-40.0%, sd 0.0%) | 75.0% (50.0-100.0%, sd 25.0%) | 8 (5-10, sd 3) | "
+        "| a | 3/3 | 40.0% (40.0-40.0%, sd 0.0%) | 8/20 (21.9-61.3%) | 75.0% (50.0-100.0%, sd 25.0%) | "
+        "10/20 (29.9-70.1%); 15/20 (53.1-88.8%); 20/20 (83.9-100.0%) | 8 (5-10, sd 3) | "
         "7.5 (5.0-10.0, sd 3.5) (2/3 seeds) | 1.5 min (0.8-2.2 min, sd 0.9 min) | "
         "3.3 min (1.7-5.0 min, sd 1.7 min) | 0.59 GB (0.49-0.68 GB, sd 0.10 GB) |"
     ) in md
-    assert "| b | 1/2 (failed: [0]) | 40.0% | 25.0% | 5 | not reached | not reached |" in md
+    assert "| b | 1/2 (failed: [0]) | 40.0% | 8/20 (21.9-61.3%) | 25.0% | 5/20 (11.2-46.9%) | 5 | not reached |" in md
+    assert "95% Wilson interval" in md
 
 
 def test_read_run_parses_the_run_files(tmp_path):
@@ -132,6 +147,7 @@ def test_smoke_table_two_algorithms(tmp_path):
         after = f"{100 * results['after_rl']['solve_rate']:.1f}%"
         assert f"| {row['algo']} | 1/1 | " in md and after in md
         assert not math.isnan(row["after"]["mean"])
+        assert [c["solved"] for c in row["after_counts"]] == [results["after_rl"]["solved"]]
     # the config each run used: the shared SFT checkpoint, its algorithm and PPO's setting
     configs = {a: json.loads((out / a / "seed0" / "config.json").read_text()) for a in ("grpo", "ppo")}
     assert configs["grpo"]["sft"]["checkpoint"] == configs["ppo"]["sft"]["checkpoint"] == data["sft"]

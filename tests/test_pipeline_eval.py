@@ -30,6 +30,8 @@ def test_summary_numbers_by_hand():
     assert set(s["by_size"]) == {"7", "9"}
     assert s["by_size"]["7"]["solve_rate"] == pytest.approx(2 / 3)
     assert s["by_size"]["9"]["spl"] == pytest.approx(1.0)
+    assert s["solve_rate_ci95"] == pytest.approx([0.3006, 0.9544], abs=5e-5)  # Wilson 95% of 3/4
+    assert s["by_size"]["9"]["solve_rate_ci95"] == pytest.approx([0.2065, 1.0], abs=5e-5)  # of 1/1
 
 
 def test_solve_rate_ignores_reward_shaping():
@@ -43,6 +45,7 @@ def test_tables_are_readable():
     s = summarize([_episode(True, 10, 8), _episode(False, 16, 12)])
     text = case_study_table(s, s, "heldout-7x7")
     assert "SFT (before RL)" in text and "after RL" in text and "50.00%" in text and "1/2" in text
+    assert "95% interval" in text and "9.5-90.5%" in text
     assert "size" in format_table({"x": s})
 
 

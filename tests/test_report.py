@@ -179,7 +179,7 @@ def test_report_is_one_self_contained_html_file(tmp_path, capsys):
     assert "<script" not in page.lower()
     assert page.count('src="data:image/gif;base64,') == 4, "2 solved + 2 failed replays"
     assert page.count('alt="maze ') == 128, "64 thumbnails before and 64 after"
-    assert "Before RL: step 0" in page and "After RL: step 4" in page and "26/64" in page
+    assert "Before RL: step 0" in page and "After RL: step 4" in page and "26/64; 95% interval 29.5-52.9%" in page
     assert "Newly solved: #16, #17" in page and "Newly failed: #0, #1" in page
     assert "mazegym train --run-dir" in page and "transformers" in page and "Success: training episodes" in page
     assert "(empty reply)" not in page and "no idea" in page, "invalid reply samples shown, escaped"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from mazegym.stats import format_interval
 from runners.train.run_info import RUN_INFO, package_versions
 
 REPORT_NAME = "report.html"
@@ -457,11 +458,15 @@ def _esc(value: Any) -> str:
 
 
 def _rate(summary: dict[str, Any] | None) -> str:
+    """``48.44% (31/64; 95% interval 36.6-60.4%)``: a summary's solve rate, its counts and their Wilson interval."""
     if not isinstance(summary, dict) or not summary:
         return "n/a"
     rate = summary.get("solve_rate", 0.0)
     rate = f"{100 * rate:.2f}%" if _number(rate) else _esc(rate)
-    return f"{rate} ({_esc(summary.get('solved', '?'))}/{_esc(summary.get('episodes', '?'))})"
+    solved, episodes = summary.get("solved", "?"), summary.get("episodes", "?")
+    counts = all(isinstance(v, int) and not isinstance(v, bool) for v in (solved, episodes))
+    interval = f"; 95% interval {format_interval(solved, episodes)}" if counts and 0 <= solved <= episodes else ""
+    return f"{rate} ({_esc(solved)}/{_esc(episodes)}{interval})"
 
 
 def _legend(outcomes: Sequence[bool | None]) -> str:

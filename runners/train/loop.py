@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from algos.data import Episode
+from mazegym.stats import format_interval
 from runners import atomic
 from runners.rollout.evaluate import (
     case_study_table,
@@ -226,7 +227,10 @@ def run_rl_loop(
         b = state.before
         metrics.log(0, {**eval_fields(b), **timer.pop()}, phase="eval")
         state.history.append({"step": 0, "solve_rate": b["solve_rate"]})
-        log(f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']})")
+        log(
+            f"[eval] RL start (step 0): solve rate {b['solve_rate']:.4f} ({b['solved']}/{b['episodes']}, 95% interval "
+            f"{format_interval(b['solved'], b['episodes'])})"
+        )
 
     progress = Progress(
         config.loop.steps, initial=state.step, desc=executor.description, enabled=config.logging.progress
