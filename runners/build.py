@@ -114,6 +114,7 @@ def _build_tiny_model(config: TrainConfig, out: Path) -> None:
                 "iterations": m.vision_iterations,
                 "patch_px": m.vision_patch_px,
                 "tokens": m.vision_tokens,
+                "state": m.vision_state,
             },
             **shape,
         )

@@ -301,3 +301,33 @@ def test_agent_token_mode_gives_one_vision_token_on_any_maze_size(tmp_path):
             torch.testing.assert_close(one[0], tokens[i])
     with pytest.raises(ValueError, match="tokens"):
         MazeVLMImageProcessor(tokens="patches")
+
+
+def test_gated_state_update_is_bounded_loads_by_path_and_residual_stays_the_default(tmp_path):
+    """``state="gated"``: the encoder's state stays in [-1, 1] however many iterations run (the residual one grows),
+    the saved model reloads with its gate, and a model saved without the key is the residual encoder."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from algos.models.maze_vlm import RecurrentConvEncoder
+
+    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=1)
+    gated_dir = build_maze_vlm(
+        tmp_path / "gated", num_key_value_heads=1, vision={"width": 8, "iterations": 4, "state": "gated"}, **shape
+    )
+    model = AutoModelForImageTextToText.from_pretrained(gated_dir).eval()
+    encoder = model.vision_tower
+    assert encoder.conv_gate is not None and AutoConfig.from_pretrained(gated_dir).vision_config["state"] == "gated"
+    torch.manual_seed(0)
+    grid = torch.rand(2, 9, 9, encoder.patch_embed.in_features)
+    residual = RecurrentConvEncoder(5, 8, 4)
+    assert residual.conv_gate is None
+    with torch.no_grad():
+        for layer in (residual.conv_in, residual.conv_out):
+            layer.weight.fill_(0.05)  # a positive feedback loop: the residual state grows without bound
+        features, _ = encoder.cell_features(grid, iterations=500)
+        state = features[..., :8]
+        assert float(state.abs().max()) <= 1.0
+        grown, _ = residual.cell_features(grid, iterations=500)
+        assert float(grown[..., :8].max()) > 10.0
+    with pytest.raises(ValueError, match="state"):
+        RecurrentConvEncoder(5, 8, 4, state="lstm")

@@ -8,7 +8,8 @@ The usual VLM shape (LLaVA, Qwen-VL): vision encoder -> projector -> language mo
   as rows of ``pixel_values`` plus ``image_grid_thw`` = (1, rows, cols) per image, so images of
   different sizes (9x9 and 13x13 mazes) go in one batch.
 * **Vision encoder** (:class:`RecurrentConvEncoder`): a linear patch embedding, then one
-  residual block of two 3x3 convs applied ``iterations`` times over the cell grid, with the
+  block of two 3x3 convs applied ``iterations`` times over the cell grid (a residual update, or a
+  gated, bounded one that stays stable past its training depth), with the
   embedded input concatenated at every iteration (the "Deep Thinking" recall architecture of
   Schwarzschild et al. 2021 / Bansal et al. 2022), then an agent context pooled over the cells
   (see :meth:`RecurrentConvEncoder.forward`). Locality plus recurrence is the inductive bias
@@ -46,15 +47,21 @@ DEFAULT_VISION_CONFIG = {
     "num_actions": 4,
     "readout": "conv",
     "tokens": "cells",
+    "state": "residual",
 }
 """Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, the
 classes of its pretraining head (the env's moves), its decision readout ("conv": a 3x3 conv
 over the routing state, "cell": the cell's own features), and the vision tokens an image gives
 the language model ("cells": one per maze cell; "agent": one token, the features pooled at the
-agent's cell, whatever the maze's size)."""
+agent's cell, whatever the maze's size), and how the recurrent block updates its state ("residual":
+``relu(state + conv(...))``; "gated": a convolutional-GRU-style convex mix of the state and a tanh
+candidate, bounded, so it stays stable when run for more iterations than it was trained with)."""
 
 VISION_TOKENS = ("cells", "agent")
 """Values of ``vision_config["tokens"]``."""
+
+VISION_STATES = ("residual", "gated")
+"""Values of ``vision_config["state"]``."""
 
 
 class MazeVLMConfig(Qwen2Config):
@@ -88,13 +95,17 @@ class RecurrentConvEncoder(nn.Module):
         num_actions: int = 4,
         readout: str = "conv",
         tokens: str = "cells",
+        state: str = "residual",
     ):
         super().__init__()
         if readout not in ("conv", "cell"):
             raise ValueError(f"readout must be 'conv' or 'cell', got {readout!r}")
         if tokens not in VISION_TOKENS:
             raise ValueError(f"tokens must be one of {VISION_TOKENS}, got {tokens!r}")
+        if state not in VISION_STATES:
+            raise ValueError(f"state must be one of {VISION_STATES}, got {state!r}")
         self.tokens = tokens
+        self.state_update = state
         self.iterations = iterations
         self.grad_iterations = 0
         """Iterations that a backward pass runs through: the first ``iterations - grad_iterations`` run without
@@ -102,6 +113,8 @@ class RecurrentConvEncoder(nn.Module):
         self.patch_embed = nn.Linear(3 * patch_px * patch_px, width)
         self.conv_in = nn.Conv2d(2 * width, width, 3, padding=1)
         self.conv_out = nn.Conv2d(width, width, 3, padding=1)
+        # The gated update's per-cell mixing weight: how much of the new candidate replaces the state.
+        self.conv_gate = nn.Conv2d(2 * width, width, 3, padding=1) if state == "gated" else None
         # A 3x3 readout lets a cell's decision features compare its neighbours' routing state (which way
         # is closer to the goal) instead of the recurrence having to write the direction into every cell.
         self.readout = nn.Conv2d(2 * width, 2 * width, 3, padding=1) if readout == "conv" else None
@@ -114,9 +127,13 @@ class RecurrentConvEncoder(nn.Module):
         self.action_head = nn.Linear(2 * width, num_actions)
 
     def step(self, state: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
-        """One iteration of the weight-tied residual block: the routing state, updated from itself and the input."""
-        update = torch.relu(self.conv_in(torch.cat([state, recall], dim=1)))
-        return torch.relu(state + self.conv_out(update))
+        """One iteration of the weight-tied block: the routing state, updated from itself and the input."""
+        both = torch.cat([state, recall], dim=1)
+        update = torch.relu(self.conv_in(both))
+        if self.conv_gate is None:
+            return torch.relu(state + self.conv_out(update))
+        gate = torch.sigmoid(self.conv_gate(both))
+        return (1 - gate) * state + gate * torch.tanh(self.conv_out(update))
 
     def cell_features(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``grid``: [B, H, W, 3*p*p] -> ([B, H*W, 2*width] routing state and input, [B, H*W, 2*width] decision
@@ -189,6 +206,7 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             vision.get("num_actions", 4),
             vision.get("readout", "conv"),
             vision.get("tokens", "cells"),
+            vision.get("state", "residual"),
         )
         self.multi_modal_projector = nn.Sequential(
             nn.Linear(4 * vision["width"], config.hidden_size),

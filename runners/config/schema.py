@@ -45,6 +45,12 @@ class ModelConfig:
     """Tiny maze-vlm only: the vision tokens an image gives the decoder: "cells" (one per maze cell, so the prompt
     grows with the maze) or "agent" (one token pooled at the agent's cell, the same on a maze of any size).
     """
+    vision_state: str = "residual"
+    """Tiny maze-vlm only: how the recurrent block updates its state: "residual" (relu(state + conv(...)),
+    unbounded; it degrades when run far past its training depth) or "gated" (a convex mix of the state and a tanh
+    candidate, weighted by a learned per-cell gate, as a convolutional GRU: bounded, so more iterations at test
+    time keep improving the routing instead of blowing it up).
+    """
     vision_grad_iterations: int = 0
     """Tiny maze-vlm only: RL's backward pass runs through the last this-many iterations of the recurrent block; the
     earlier ones run without gradient (as in Bansal et al.'s progressive training), which makes an update's backward

@@ -17,6 +17,7 @@ CHOICES = {
     "model.tiny": ("maze-vlm", "text", "vlm"),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.vision_tokens": ("cells", "agent"),
+    "model.vision_state": ("residual", "gated"),
     "sft.enabled": ("auto", "always", "never"),
     "sft.mode": ("full", "lora"),
     "loop.engine": ("hf", "vllm"),
