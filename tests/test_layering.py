@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,28 @@ def test_imports_go_one_way(package):
         for p in sorted((ROOT / package).rglob("*.py"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+HEAVY = ("torch", "transformers", "peft", "vllm", "ray")
+"""Packages that take seconds to import: reading the config or asking the CLI for help must not load them."""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import runners.config",
+        "import runners.cli; runners.cli.build_parser([])",
+        "import contextlib, io, runners.cli\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    runners.cli.main(['--help'])",
+    ],
+    ids=["import runners.config", "build the CLI parser", "mazegym --help"],
+)
+def test_light_entry_points_load_no_heavy_package(code):
+    check = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_the_scan_sees_function_local_imports(tmp_path):

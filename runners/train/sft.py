@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from algos.data import Turn
-from algos.models import refuse_remote_code
+from algos.models import load_model
 from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.evalsets import MazeStream
 from mazegym.llm import build_messages, format_action, system_prompt, user_message
@@ -81,16 +81,14 @@ def add_task_tokens(model_dir: str | Path, phrases: Sequence[str]) -> int:
 
     New embedding rows start at the mean of the existing ones. Returns the number of tokens added.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+    from transformers import AutoTokenizer
 
     model_dir = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
     added = tokenizer.add_tokens([p for p in phrases if p not in tokenizer.get_vocab()])
     if added == 0:
         return 0
-    config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
-    auto = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
-    model = auto.from_pretrained(str(model_dir), dtype=torch.float32, trust_remote_code=False)
+    model = load_model(model_dir, dtype=torch.float32)
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     with torch.no_grad():
         emb = model.get_input_embeddings().weight
@@ -555,34 +553,11 @@ def _run_sft_into(
         )
 
     demos = DemoStream(mazes, make_turns, seed=config.sft.seed)
-    refuse_remote_code(base)
-    if config.sft.mode == "full":
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-        auto = (
-            AutoModelForImageTextToText
-            if hasattr(AutoConfig.from_pretrained(base, trust_remote_code=False), "vision_config")
-            else AutoModelForCausalLM
-        )
-        model = auto.from_pretrained(str(base), dtype=getattr(torch, config.model.dtype), trust_remote_code=False).to(
-            config.model.device
-        )
-    else:
+    model = load_model(base, dtype=getattr(torch, config.model.dtype)).to(config.model.device)
+    if config.sft.mode == "lora":
         from algos.policies.lm import add_lora
 
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-        auto = (
-            AutoModelForImageTextToText
-            if hasattr(AutoConfig.from_pretrained(base, trust_remote_code=False), "vision_config")
-            else AutoModelForCausalLM
-        )
-        model = add_lora(
-            auto.from_pretrained(str(base), dtype=getattr(torch, config.model.dtype), trust_remote_code=False).to(
-                config.model.device
-            ),
-            config.lora,
-        )
+        model = add_lora(model, config.lora)
     t0 = time.perf_counter()
     vision_final: dict[str, float] = {}
     if config.sft.vision_steps > 0:

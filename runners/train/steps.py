@@ -81,9 +81,9 @@ def rollout_threads(config: TrainConfig) -> int:
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:
     """Token ids a VLM reserves for image/video inputs (empty for text models)."""
-    import transformers
+    from algos.models import load_config
 
-    config = transformers.AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
+    config = load_config(model_dir)
     return {
         int(i)
         for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))

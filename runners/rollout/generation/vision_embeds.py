@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-import algos.models  # noqa: F401  (registers MazeVLM with the transformers Auto classes)
+from algos.models import load_model
 from algos.models.maze_vlm import MODEL_TYPE as MAZE_VLM_MODEL_TYPE
 from runners import atomic
 from runners.rollout.generation.base import Prompt
@@ -107,13 +107,7 @@ class PromptEmbedder:
     """The vision encoder, projector and token embeddings of a MazeVLM, turning prompts into vLLM embeddings prompts."""
 
     def __init__(self, model_path: str | Path, image_processor: Any, image_token_id: int, device: str = "cpu"):
-        from transformers import AutoModelForImageTextToText
-
-        self.model = (
-            AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32, trust_remote_code=False)
-            .to(device)
-            .eval()
-        )
+        self.model = load_model(model_path, dtype=torch.float32).to(device).eval()
         self.image_processor = image_processor
         self.image_token_id = int(image_token_id)
         self.device = device
