@@ -28,7 +28,7 @@ def load_tokenizer(model_path: str | Path):
     path = Path(model_path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
-            f"no model at {path} (config.json missing); build one with runners.tiny or pass a local checkpoint dir"
+            f"no model at {path} (config.json missing); build one with runners.models.tiny or pass a local model dir"
         )
     from algos.models import refuse_remote_code
 

@@ -21,13 +21,9 @@ from typing import Any
 import torch
 
 from algos.models import load_model
-from algos.models.maze_vlm import MODEL_TYPE as MAZE_VLM_MODEL_TYPE
-from runners import atomic
+from runners import atomic, models
 from runners.rollout.generation.base import Prompt
 from runners.rollout.generation.prompts import pixel_inputs
-
-PROMPT_EMBEDS_MODEL_TYPES = (MAZE_VLM_MODEL_TYPE,)
-"""Model types whose prompts vLLM receives as embeddings (their vision encoder is not a vLLM model)."""
 
 DECODER_FILES = (
     "tokenizer.json",
@@ -40,9 +36,9 @@ DECODER_FILES = (
 
 
 def needs_prompt_embeds(model_path: str | Path) -> bool:
-    """True when the model at ``model_path`` is served through prompt embeddings (see the module docstring)."""
-    config = Path(model_path) / "config.json"
-    return config.is_file() and json.loads(config.read_text()).get("model_type") in PROMPT_EMBEDS_MODEL_TYPES
+    """True when the model at ``model_path`` is served through prompt embeddings (see the module docstring): its
+    spec names modules vLLM cannot run (:attr:`runners.models.ModelSpec.beside_engine`)."""
+    return models.spec_for_dir(model_path).prompt_embeds
 
 
 def write_decoder_model(model: torch.nn.Module, model_path: str | Path, out_dir: str | Path) -> Path:
