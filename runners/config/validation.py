@@ -223,8 +223,9 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"is built with): {exc}"
         ) from None
     tiny = None if config.model.path else models.get(config.model.tiny)
-    for problem in tiny.validate(config) if tiny else []:
-        raise ConfigError(problem)
+    problems = tiny.validate(config) if tiny else []
+    if problems:
+        raise ConfigError("; ".join(problems))
     if (
         config.lora.modules_to_save
         and config.loop.engine == "vllm"
@@ -237,10 +238,10 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
     if not 0.0 <= config.sft.random_starts <= 1.0:
         raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")
     if config.model.vision_grad_iterations and tiny and tiny.truncate_vision_backward is None:
-        recurrent = [n for n in models.available() if models.get(n).truncate_vision_backward is not None]
+        recurrent = " or ".join(models.having("truncate_vision_backward"))
         raise ConfigError(
             "model.vision_grad_iterations truncates the backward pass of a recurrent vision encoder; "
-            f"model.tiny={config.model.tiny!r} has none (use model.tiny={' or '.join(recurrent)} or leave it 0)"
+            f"model.tiny={config.model.tiny!r} has none (use model.tiny={recurrent} or leave it 0)"
         )
     for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
         if _get(config, key) < 1:

@@ -112,6 +112,11 @@ def get(name: str) -> ModelSpec:
     return _REGISTRY[name]
 
 
+def having(hook: str) -> list[str]:
+    """Names of the registered model kinds whose spec has ``hook`` (e.g. ``"vision_pretraining_loss"``), sorted."""
+    return [name for name in available() if getattr(_REGISTRY[name], hook) is not None]
+
+
 def spec_for_hf_config(config: dict[str, Any]) -> ModelSpec:
     """The spec of a saved model with transformers config ``config`` (a dict): the one claiming its ``model_type``,
     else the generic VLM or LM."""

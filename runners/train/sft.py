@@ -226,9 +226,10 @@ def response_nll(
         image_token_id = getattr(model.config, "image_token_id", None)
         if image_token_id is not None:  # Qwen-VL M-RoPE needs the modality of every token
             extra["mm_token_type_ids"] = (ids == image_token_id).to(torch.int)
-        localize = models.spec_of(model).localization_inputs
-        if localization_weight > 0 and localize is not None and all(len(t.images) == 1 and t.state for t in turns):
-            extra.update(localize(extra, list(turns)))
+        if localization_weight > 0 and all(len(t.images) == 1 and t.state for t in turns):
+            localize = models.spec_of(model).localization_inputs
+            if localize is not None:
+                extra.update(localize(extra, list(turns)))
     device = next(model.parameters()).device
     out = model(
         input_ids=ids.to(device),
@@ -312,11 +313,6 @@ def pretrain_vision(
             log(step, metrics)
     model.eval()
     return metrics
-
-
-def _kinds_with(hook: str) -> list[str]:
-    """The registered model kinds that have ``hook``."""
-    return [name for name in models.available() if getattr(models.get(name), hook) is not None]
 
 
 def seed_everything(seed: int) -> None:
@@ -533,7 +529,7 @@ def _run_sft_into(
         if models.spec_of(model).vision_pretraining_loss is None:
             raise ConfigError(
                 f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining objective (the "
-                f"model kinds with one: {', '.join(_kinds_with('vision_pretraining_loss'))}); set sft.vision_steps=0"
+                f"model kinds with one: {', '.join(models.having('vision_pretraining_loss'))}); set sft.vision_steps=0"
             )
         vision_progress, on_vision_step = _step_logger(
             config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"
