@@ -108,7 +108,7 @@ def main() -> None:
 
     from mazegym.maze import sample_maze
     from runners.rollout.collect import RolloutConfig
-    from runners.tiny import build_tiny_text_lm
+    from runners.models.tiny import build_tiny_text_lm
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     work = Path(tempfile.mkdtemp(prefix="bench_rollout_"))

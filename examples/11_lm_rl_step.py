@@ -31,7 +31,7 @@ from runners.rollout.evaluate import evaluate_set  # noqa: E402
 from runners.rollout.generation.hf import HFGenerator  # noqa: E402
 from runners.rollout.collect import RolloutConfig, collect_groups  # noqa: E402
 from runners.train.sync import AdapterSync  # noqa: E402
-from runners.tiny import build_maze_vlm  # noqa: E402
+from runners.models.tiny import build_maze_vlm  # noqa: E402
 
 
 def main() -> None:

@@ -1,3 +1,6 @@
-"""Runners: generation, rollouts, adapter sync, SFT, the local and Ray training loops, the CLI."""
+"""Runners: generation, rollouts, adapter sync, SFT, the local and Ray training loops, the CLI.
 
-import algos.models  # noqa: F401  (registers mazegym's own models, e.g. MazeVLM, with the transformers Auto classes)
+Importing ``runners`` (or ``runners.config``, or building the CLI) loads neither torch nor transformers: the modules
+that load a model import them, and :mod:`algos.models` (which registers mazegym's own models with the transformers
+Auto classes) comes with the one loader they go through.
+"""

@@ -21,7 +21,7 @@ import torch
 
 import algos
 from mazegym.evalsets import MazeStream
-from runners import atomic
+from runners import atomic, models
 from runners.train.calibration import calibrate
 from runners.train.run_info import record_invocation
 from runners.train.run_lock import run_dir_lock
@@ -93,38 +93,10 @@ def _built_base_model(out: Path) -> dict | None:
 
 
 def _build_tiny_model(config: TrainConfig, out: Path) -> None:
-    """Build the tiny model of ``config.model`` into the empty directory ``out`` (with its task tokens)."""
-    from runners import tiny
-
-    m = config.model
-    shape = dict(
-        num_hidden_layers=m.tiny_layers,
-        hidden_size=m.tiny_hidden,
-        intermediate_size=2 * m.tiny_hidden,
-        num_attention_heads=m.tiny_hidden // 64,
-        num_key_value_heads=m.tiny_hidden // 64,
-    )
-    if m.tiny == "maze-vlm":
-        tiny.build_maze_vlm(
-            out,
-            seed=config.sft.seed,
-            cell_px=int(config.rollout.env_kwargs.get("cell_px", 25)),
-            vision={
-                "width": m.vision_width,
-                "iterations": m.vision_iterations,
-                "patch_px": m.vision_patch_px,
-                "tokens": m.vision_tokens,
-                "state": m.vision_state,
-            },
-            **shape,
-        )
-    elif m.tiny == "vlm":
-        tiny.build_tiny_vlm(out, seed=config.sft.seed, **shape)
-        side = config.maze.size * m.image_cell_px
-        sftmod.set_image_pixels(out, min_pixels=side * side, max_pixels=side * side, resize=side % 28 != 0)
-    else:
-        tiny.build_tiny_text_lm(out, seed=config.sft.seed, **shape)
-    if m.task_tokens:
+    """Build the tiny model of ``config.model`` (its registered spec's builder) into the empty directory ``out``,
+    then add its task tokens."""
+    models.get(config.model.tiny).build(config, out)
+    if config.model.task_tokens:
         sftmod.add_task_tokens(
             out,
             sftmod.task_phrases(
@@ -179,9 +151,12 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
         value_head=algos.get(config.algo.name).needs_value_head,
     )
     if config.model.vision_grad_iterations:
-        from algos.models.maze_vlm import set_vision_grad_iterations
-
-        set_vision_grad_iterations(policy.model, config.model.vision_grad_iterations)
+        spec = models.spec_of(policy.model)
+        if spec.truncate_vision_backward is None:
+            raise ValueError(
+                f"model.vision_grad_iterations: the {spec.name} model at {model_dir} has no recurrent vision encoder"
+            )
+        spec.truncate_vision_backward(policy.model, config.model.vision_grad_iterations)
     return policy
 
 

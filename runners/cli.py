@@ -580,12 +580,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         except Exception as exc:  # an unknown --preset: the command itself reports it
             return f"(config keys unavailable: {exc})"
 
-    lazy = "--help" in (argv or []) or "-h" in (argv or [])
+    # Only the command whose --help is asked lists its keys: building them loads the algorithms (torch).
+    words = [a for a in argv or [] if not a.startswith("-")]
+    help_for = words[0] if words and ("--help" in argv or "-h" in argv) else None
 
     def config_command(name: str, func: Callable[[argparse.Namespace], int], help: str, description: str):
         """A subcommand that takes a config (--preset/--config/--run-dir/KEY=VALUE); --help lists every key."""
         p = sub.add_parser(
-            name, help=help, description=description, epilog=epilog() if lazy else None, formatter_class=fmt
+            name, help=help, description=description, epilog=epilog() if name == help_for else None, formatter_class=fmt
         )
         _add_config_args(p)
         p.set_defaults(func=func)
@@ -774,12 +776,28 @@ def output_file(text: str) -> str:
     return text
 
 
+REPORTED_ERRORS = {
+    "runners.train.sync": "AdapterSyncError",
+    "runners.train.run_lock": "RunDirBusy",
+    "runners.train.checkpoint": "CheckpointWriteError",
+}
+"""The runners' own errors that :func:`main` prints as one line, by module."""
+
+
+def _reported_errors() -> tuple[type[BaseException], ...]:
+    """The error types :func:`main` prints as one line: file and value errors, and :data:`REPORTED_ERRORS` of the
+    modules the command loaded.
+
+    Looked up when an error arrives rather than imported up front: those modules load torch, which would make every
+    command (``--help`` included) pay for it, and an error of a module the command never loaded cannot have been raised.
+    """
+    loaded = [getattr(sys.modules[m], name) for m, name in REPORTED_ERRORS.items() if m in sys.modules]
+    return (FileNotFoundError, FileExistsError, ValueError, *loaded)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mazegym`` script."""
     from runners.config import ConfigError
-    from runners.train.checkpoint import CheckpointWriteError
-    from runners.train.run_lock import RunDirBusy
-    from runners.train.sync import AdapterSyncError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -812,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError, AdapterSyncError, RunDirBusy, CheckpointWriteError) as exc:
+    except _reported_errors() as exc:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:

@@ -412,7 +412,7 @@ def main() -> int:
 
     import torch
 
-    from runners.tiny import build_tiny_text_lm, build_tiny_vlm
+    from runners.models.tiny import build_tiny_text_lm, build_tiny_vlm
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))

@@ -90,7 +90,7 @@ def missing_for(name: str, env: dict) -> str | None:
 
 def build_tiny(out: Path) -> Path:
     """The tiny Qwen2 text LM (head_dim 64) used by every check."""
-    from runners import tiny
+    from runners.models import tiny
 
     if not (out / "config.json").is_file():
         tiny.build_tiny_text_lm(out, seed=0)

@@ -21,7 +21,7 @@ Steps
 2. ``cli-eval``: ``mazegym eval --run-dir RUN`` (the latest checkpoint, on the run's device).
 3. ``cli-report``: ``mazegym report RUN``; the HTML is copied to the output folder.
 4. ``qwen3-vl-rl``: the ``qwen3-vl-8b-lora32`` preset with ``model.path`` = a tiny random Qwen3-VL
-   (:func:`runners.tiny.build_tiny_qwen3_vl`, nothing downloaded), in the preset's bf16, on the
+   (:func:`runners.models.tiny.build_tiny_qwen3_vl`, nothing downloaded), in the preset's bf16, on the
    local runner with the hf backend (no vLLM, no Ray): generator, LoRA policy and GRPO built as
    the runners build them (:data:`QWEN3_OVERRIDES`), 2 mazes x 4 rollouts on images with the full
    history, one update, adapter sync + parity probe, greedy play of 4 evaluation mazes.
@@ -441,7 +441,7 @@ def qwen3_child(result_path: str, work_dir: str, device: str) -> int:
         from runners.config.presets import get_preset
         from runners.rollout.collect import evaluate_mazes
         from runners.train.sync import AdapterSync
-        from runners.tiny import build_tiny_qwen3_vl
+        from runners.models.tiny import build_tiny_qwen3_vl
 
         cuda = device == "cuda"
         timings: dict[str, float] = {"import": round(time.perf_counter() - t_start, 2)}

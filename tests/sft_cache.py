@@ -19,7 +19,7 @@ def cached_sft_model(steps: int, *overrides: str, preset: str = "cpu-tiny") -> P
     """The SFT model dir of ``preset`` after ``steps`` SFT steps (plus ``overrides``)."""
     from runners import config as cfgmod
     from runners import build
-    from runners import tiny
+    from runners.models import tiny
     from runners.config import apply_overrides
     from runners.config.presets import get_preset
 

@@ -254,7 +254,7 @@ def _reference(model_dir: str, name: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    from runners.tiny import build_tiny_text_lm
+    from runners.models.tiny import build_tiny_text_lm
 
     model_dir = str(build_tiny_text_lm(tmp_path_factory.mktemp("fsdp") / "model", seed=0))
     out_dir = tmp_path_factory.mktemp("fsdp_out")

@@ -10,7 +10,7 @@ from mazegym.llm import build_messages, system_prompt, user_message
 from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
 from runners.rollout.generation.hf import HFGenerator
 from runners.rollout.generation.prompts import ChatEncoder
-from runners.tiny import build_tiny_text_lm, build_tiny_vlm
+from runners.models.tiny import build_tiny_text_lm, build_tiny_vlm
 
 TOL_FP32 = 1e-4
 """Stated tolerance: generator sampling log-probs vs trainer forward, both fp32 (observed ~1e-6)."""

@@ -15,7 +15,7 @@ from runners.rollout.generation.base import Prompt, SamplingConfig  # noqa: E402
 from runners.train.parity import ParityProbe, StaleWeightsError  # noqa: E402
 from runners.rollout.collect import RolloutConfig, collect_groups, evaluate_mazes  # noqa: E402
 from runners.train.sync import AdapterSync  # noqa: E402
-from runners.tiny import build_tiny_text_lm  # noqa: E402
+from runners.models.tiny import build_tiny_text_lm  # noqa: E402
 from lora_helpers import perturb_lora  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,95 @@ def test_imports_go_one_way(package):
         for p in sorted((ROOT / package).rglob("*.py"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+HEAVY = ("torch", "transformers", "peft", "vllm", "ray")
+"""Packages that take seconds to import: reading the config or asking the CLI for help must not load them."""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import runners.config",
+        "import runners.cli; runners.cli.build_parser([])",
+        "import contextlib, io, runners.cli\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    runners.cli.main(['--help'])",
+    ],
+    ids=["import runners.config", "build the CLI parser", "mazegym --help"],
+)
+def test_light_entry_points_load_no_heavy_package(code):
+    check = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+ARCHITECTURES = re.compile(r"(Qwen|Llama|Mistral|Gemma|Phi)\d*\w*")
+"""Names of transformers' concrete model classes (their configs, models and processors)."""
+
+
+def own_model_classes() -> set[str]:
+    """The classes defined under algos/models/ (the models mazegym ships)."""
+    return {
+        node.name
+        for path in (ROOT / "algos" / "models").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def concrete_model_mentions(path: Path, classes: set[str]) -> list[str]:
+    """``line: name`` of each import of a model module under ``algos.models`` and each name of a concrete model class
+    (one of ``classes`` or a transformers architecture) in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [a.name for a in node.names]
+        elif isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        for name in names:
+            if name.startswith("algos.models.") or name in classes or ARCHITECTURES.fullmatch(name):
+                found.append(f"{node.lineno}: {name}")
+    return sorted(set(found))
+
+
+def test_only_the_model_registry_names_a_concrete_model():
+    classes = own_model_classes()
+    offenders = {
+        str(p.relative_to(ROOT)): concrete_model_mentions(p, classes)
+        for p in sorted((ROOT / "runners").rglob("*.py"))
+        if "models" not in p.relative_to(ROOT / "runners").parts
+    }
+    assert "MazeVLMForConditionalGeneration" in classes
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_model_scan_finds_each_form(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from algos.models.maze_vlm import recurrent_encoders\nimport algos.models\n"
+        "from algos.models import load_model\n"
+        "def f(m):\n    return isinstance(m, maze_vlm.RecurrentConvEncoder), transformers.Qwen2ForCausalLM, 'Qwen2'\n"
+    )
+    mentions = concrete_model_mentions(source, own_model_classes())
+    assert mentions == ["1: algos.models.maze_vlm", "5: Qwen2ForCausalLM", "5: RecurrentConvEncoder"]
+
+
+def test_the_model_registry_knows_maze_vlm_by_its_model_type():
+    from algos.models import maze_vlm
+    from runners import models
+    from runners.models.maze_vlm import MODEL_TYPE
+
+    assert MODEL_TYPE == maze_vlm.MODEL_TYPE
+    assert models.spec_for_hf_config({"model_type": MODEL_TYPE, "vision_config": {}}).name == "maze-vlm"
+    assert models.spec_for_hf_config({"model_type": "qwen2_vl", "vision_config": {}}).name == models.GENERIC_VLM
+    assert models.spec_for_hf_config({"model_type": "qwen2"}).name == models.GENERIC_LM
 
 
 def test_the_scan_sees_function_local_imports(tmp_path):
@@ -124,7 +215,7 @@ def test_the_method_replacement_scan_finds_each_form(tmp_path):
 
 
 RUNNERS_LAYERS = [
-    ("runners.atomic", "runners.tiny"),
+    ("runners.atomic", "runners.models"),
     ("runners.rollout",),
     ("runners.config",),
     ("runners.train",),

@@ -13,7 +13,7 @@ from algos.models.maze_vlm import (
 )
 from mazegym.render import render_frame
 from mazegym.evalsets import load_eval_set
-from runners.tiny import build_maze_vlm
+from runners.models.tiny import build_maze_vlm
 
 
 @pytest.fixture(scope="module")

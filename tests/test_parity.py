@@ -6,7 +6,7 @@ import torch
 from runners.rollout.generation.hf import HFGenerator
 from runners.train.parity import ParityProbe, StaleWeightsError, tolerance_for
 from runners.train.sync import AdapterSync
-from runners.tiny import build_tiny_text_lm
+from runners.models.tiny import build_tiny_text_lm
 from lora_helpers import perturb_lora
 
 

@@ -13,7 +13,7 @@ from runners.rollout.generation.base import GenerationResult, Prompt, SamplingCo
 from runners.rollout.generation.hf import HFGenerator
 from runners.rollout.generation.prompts import ChatEncoder
 from runners.rollout.collect import RolloutConfig, collect_groups, evaluate_mazes, rollout_metrics
-from runners.tiny import build_tiny_text_lm, build_tiny_vlm, build_tokenizer
+from runners.models.tiny import build_tiny_text_lm, build_tiny_vlm, build_tokenizer
 
 
 class ScriptedGenerator:

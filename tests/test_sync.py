@@ -12,7 +12,7 @@ from runners.rollout.generation.base import Prompt, SamplingConfig
 from runners.rollout.generation.hf import HFGenerator
 from runners.rollout.collect import RolloutConfig, collect_groups
 from runners.train.sync import AdapterSync
-from runners.tiny import build_tiny_text_lm
+from runners.models.tiny import build_tiny_text_lm
 from lora_helpers import perturb_lora, tiny_lora_policy
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from runners.tiny import ACTION_TOKENS, build_tiny_qwen3_vl, build_tiny_text_lm, build_tiny_vlm, build_tokenizer
+from runners.models.tiny import ACTION_TOKENS, build_tiny_qwen3_vl, build_tiny_text_lm, build_tiny_vlm, build_tokenizer
 
 
 @pytest.fixture(scope="module")

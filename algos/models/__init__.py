@@ -1,11 +1,14 @@
 """Model definitions that ship with mazegym, registered with the transformers Auto classes on import.
 
-Also the one check every model directory passes before mazegym loads it
-(:func:`refuse_remote_code`): mazegym never runs Python code that ships inside a model directory.
+Also the one way mazegym loads a model directory (:func:`load_config`, :func:`model_class`, :func:`load_model`),
+which passes the one check every model directory passes first (:func:`refuse_remote_code`): mazegym never runs
+Python code that ships inside a model directory. Importing this module registers the models, so whoever loads
+through it can load MazeVLM by path like any checkpoint.
 """
 
 import json
 from pathlib import Path
+from typing import Any
 
 from algos.models.maze_vlm import register
 
@@ -36,6 +39,28 @@ def refuse_remote_code(path: str | Path) -> None:
                 "directory; use a model whose architecture transformers ships (or mazegym registers), or remove "
                 "auto_map after reading the code it names"
             )
+
+
+def load_config(path: str | Path):
+    """The transformers config of the model directory at ``path``, after :func:`refuse_remote_code`."""
+    from transformers import AutoConfig
+
+    refuse_remote_code(path)
+    return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+
+
+def model_class(config) -> type:
+    """The Auto class for a model with transformers config ``config``: image-text-to-text when it has a vision tower
+    (``vision_config``), causal LM otherwise."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
+
+
+def load_model(path: str | Path, **kwargs: Any):
+    """The model saved at ``path``, loaded by its Auto class (:func:`model_class`); ``kwargs`` go to
+    ``from_pretrained`` (e.g. ``dtype``)."""
+    return model_class(load_config(path)).from_pretrained(str(path), trust_remote_code=False, **kwargs)
 
 
 register()

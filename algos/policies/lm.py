@@ -29,7 +29,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-import algos.models  # registers mazegym's own models with the transformers Auto classes; refuse_remote_code
+import algos.models  # the one model loader (it registers mazegym's own models with the transformers Auto classes)
 from algos.data import Turn
 from algos.lora import LoRAConfig
 from algos.policy import PolicyOutput
@@ -199,8 +199,8 @@ class LoRALMPolicy:
     ) -> "LoRALMPolicy":
         """Load a local model directory (no hub downloads) and add a LoRA adapter.
 
-        Picks ``AutoModelForImageTextToText`` when the config has a ``vision_config``, else
-        ``AutoModelForCausalLM``; loads the tokenizer and (for VLMs) the image processor from
+        The Auto class is :func:`algos.models.model_class`'s (image-text-to-text for a config with a
+        ``vision_config``, causal LM otherwise); loads the tokenizer and (for VLMs) the image processor from
         the same directory. ``adapter`` optionally loads saved adapter weights.
         """
         import transformers
@@ -208,11 +208,9 @@ class LoRALMPolicy:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a model directory (no config.json); pass a local path")
-        algos.models.refuse_remote_code(path)
-        config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=False)
+        config = algos.models.load_config(path)
         is_vlm = hasattr(config, "vision_config")
-        auto = transformers.AutoModelForImageTextToText if is_vlm else transformers.AutoModelForCausalLM
-        model = auto.from_pretrained(path, dtype=dtype, trust_remote_code=False).to(device)
+        model = algos.models.model_class(config).from_pretrained(path, dtype=dtype, trust_remote_code=False).to(device)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable()
             model.enable_input_require_grads()

@@ -131,17 +131,11 @@ def _merge(base: Path, adapter: Path, target: Path) -> None:
     """Merge ``adapter`` into ``base`` and save a plain transformers model at ``target``."""
     import torch
     from peft import PeftModel
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from algos.models import refuse_remote_code
+    from algos.models import load_model
 
-    refuse_remote_code(base)
-    auto = (
-        AutoModelForImageTextToText
-        if hasattr(AutoConfig.from_pretrained(base, trust_remote_code=False), "vision_config")
-        else AutoModelForCausalLM
-    )
-    model = auto.from_pretrained(str(base), dtype=torch.float32, trust_remote_code=False)
+    model = load_model(base, dtype=torch.float32)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     model.save_pretrained(str(target), safe_serialization=True)
     AutoTokenizer.from_pretrained(str(base), trust_remote_code=False).save_pretrained(str(target))

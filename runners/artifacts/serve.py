@@ -46,6 +46,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from runners import models
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 MODEL_NAME = "mazegym"
@@ -253,41 +255,28 @@ class ServedPolicy:
     def vision_iterations(self, size: int) -> int | None:
         """Recurrent vision iterations for mazes of ``size`` cells a side, as ``mazegym eval`` scales them
         (:func:`runners.train.steps.vision_iterations_for`); ``None`` to leave the model's own."""
-        encoders = self._encoders()
-        if not encoders or not self.config.eval.scale_vision_iterations or size <= self.config.maze.size:
+        base = self._base_iterations()
+        if base is None or not self.config.eval.scale_vision_iterations or size <= self.config.maze.size:
             return None
-        return int(np.ceil(self._base_iterations * size / self.config.maze.size))
+        return int(np.ceil(base * size / self.config.maze.size))
 
-    def _encoders(self) -> list[Any]:
-        if not hasattr(self, "_found"):
-            import torch
-
-            from algos.models.maze_vlm import RecurrentConvEncoder
-
+    def _base_iterations(self) -> int | None:
+        """The served model's own recurrent vision iterations (``None``: it has no recurrent vision encoder)."""
+        if not hasattr(self, "_iterations"):
             model = getattr(self.generator, "model", None)
-            found = (
-                [m for m in model.modules() if isinstance(m, RecurrentConvEncoder)]
-                if isinstance(model, torch.nn.Module)
-                else []
-            )
-            self._found = found
-            self._base_iterations = found[0].iterations if found else None
-        return self._found
+            self._spec = models.spec_of(model)
+            hook = self._spec.vision_iterations if self._spec is not None else None
+            self._iterations = hook(model) if hook is not None else None
+        return self._iterations
 
     @contextlib.contextmanager
     def iterations(self, count: int | None):
         """Within the block, the recurrent vision encoder runs ``count`` iterations (``None``: its own)."""
-        encoders = self._encoders()
-        if count is None or not encoders:
+        if count is None or self._base_iterations() is None:
             yield
             return
-        try:
-            for encoder in encoders:
-                encoder.iterations = count
+        with self._spec.run_vision_iterations(self.generator.model, count):
             yield
-        finally:
-            for encoder in encoders:
-                encoder.iterations = self._base_iterations
 
 
 def load_policy(config: Any, model_dir: Path, adapter: Path | None, label: str) -> ServedPolicy:
@@ -683,9 +672,7 @@ def serving_markdown(
 ) -> str:
     """The SERVING.md ``mazegym export`` writes beside an export: every command and snippet names this export's
     paths and runs as it is (tests run its Python blocks)."""
-    from algos.models.maze_vlm import MODEL_TYPE
-
-    maze_vlm = model_type == MODEL_TYPE
+    prompt_embeds = models.spec_for_hf_config({"model_type": model_type}).prompt_embeds
     obs_mode, max_moves = rollout["obs_mode"], int(rollout["max_moves"])
     size_free = bool(rollout.get("size_free_prompt", False))
     size = 9
@@ -712,7 +699,7 @@ def serving_markdown(
         + (
             "; with `loop.engine=vllm` the decoder runs on vLLM and the vision encoder beside it in the server "
             "process (vLLM cannot run MazeVLM's encoder, so `vllm serve` does not apply to this model)."
-            if maze_vlm
+            if prompt_embeds
             else "; `loop.engine=vllm` serves it with vLLM."
         ),
         "The endpoint speaks OpenAI's chat completions (`POST /v1/chat/completions`, model `mazegym`, images "
@@ -776,7 +763,7 @@ def serving_markdown(
         "## In Python: transformers + PEFT",
         "",
         "mazegym's models load with the plain Auto classes after one import"
-        + (" (`import algos.models` registers MazeVLM with them; no remote code runs):" if maze_vlm else ":"),
+        + (" (`import algos.models` registers MazeVLM with them; no remote code runs):" if prompt_embeds else ":"),
         "",
         "```python",
         "import algos.models  # registers mazegym's models with the transformers Auto classes",
@@ -816,7 +803,7 @@ def serving_markdown(
         "```",
         "",
     ]
-    if not maze_vlm:
+    if not prompt_embeds:
         lines += [
             "## vLLM's OpenAI-compatible server",
             "",

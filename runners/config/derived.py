@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from runners import models
 from runners.config.schema import TrainConfig
 from runners.rollout.collect import RolloutConfig
 
 
 def env_kwargs(config: TrainConfig) -> dict[str, Any]:
-    """VisMazeEnv keyword arguments implied by the model (the tiny VLM's cell size)."""
+    """VisMazeEnv keyword arguments: ``rollout.env_kwargs`` over the ones the tiny model implies (its spec's
+    ``env_kwargs``, e.g. the tiny VLM's cell size)."""
     kwargs = dict(config.rollout.env_kwargs)
-    if not config.model.path and config.model.tiny == "vlm":
-        kwargs.setdefault("cell_px", config.model.image_cell_px)
+    if not config.model.path:
+        for key, value in models.get(config.model.tiny).env_kwargs(config).items():
+            kwargs.setdefault(key, value)
     return kwargs
 
 

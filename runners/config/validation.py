@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+from runners import models
 from runners.config.overrides import _get
 from runners.config.schema import ConfigError, TrainConfig
 from runners.config.schemes import SCHEME_NAMES, scheme_of
@@ -14,7 +15,7 @@ from runners.rollout.collect import RolloutConfig, draws_no_torch_randomness
 
 
 CHOICES = {
-    "model.tiny": ("maze-vlm", "text", "vlm"),
+    "model.tiny": tuple(models.available()),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.vision_tokens": ("cells", "agent"),
     "model.vision_state": ("residual", "gated"),
@@ -222,17 +223,14 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"rollout.env_kwargs={config.rollout.env_kwargs!r} (or the maze/rollout settings the env "
             f"is built with): {exc}"
         ) from None
-    if config.rollout.obs_mode in ("image", "both") and not config.model.path and config.model.tiny == "text":
-        raise ConfigError(
-            "rollout.obs_mode uses images but the tiny text model cannot see them; set model.tiny=maze-vlm or "
-            "rollout.obs_mode=text"
-        )
-    if not config.model.path and config.model.tiny == "maze-vlm" and config.rollout.obs_mode != "image":
-        raise ConfigError("model.tiny=maze-vlm reads the maze image only; set rollout.obs_mode=image")
+    tiny = None if config.model.path else models.get(config.model.tiny)
+    problems = tiny.validate(config) if tiny else []
+    if problems:
+        raise ConfigError("; ".join(problems))
     if (
         config.lora.modules_to_save
         and config.loop.engine == "vllm"
-        and not (config.lora.modules_to_save == ["vision_tower"] and _served_through_prompt_embeds(config))
+        and config.lora.modules_to_save != list(_served_beside_engine(config))
     ):
         raise ConfigError(
             "lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's "
@@ -240,10 +238,11 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         )
     if not 0.0 <= config.sft.random_starts <= 1.0:
         raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")
-    if config.model.vision_grad_iterations and not config.model.path and config.model.tiny != "maze-vlm":
+    if config.model.vision_grad_iterations and tiny and tiny.truncate_vision_backward is None:
+        recurrent = " or ".join(models.having("truncate_vision_backward"))
         raise ConfigError(
             "model.vision_grad_iterations truncates the backward pass of a recurrent vision encoder; "
-            f"model.tiny={config.model.tiny!r} has none (use model.tiny=maze-vlm or leave it 0)"
+            f"model.tiny={config.model.tiny!r} has none (use model.tiny={recurrent} or leave it 0)"
         )
     for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
         if _get(config, key) < 1:
@@ -263,15 +262,10 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         )
 
 
-def _served_through_prompt_embeds(config: TrainConfig) -> bool:
-    """True when vLLM would serve the configured model through prompt embeddings (MazeVLM: the tiny one or a local
-    dir).
-    """
-    if not config.model.path:
-        return config.model.tiny == "maze-vlm"
-    from runners.rollout.generation.vision_embeds import needs_prompt_embeds
-
+def _served_beside_engine(config: TrainConfig) -> tuple[str, ...]:
+    """The modules the vLLM generator would run beside the engine for the configured model (its spec's
+    ``beside_engine``; none for a model directory that cannot be read)."""
     try:
-        return needs_prompt_embeds(Path(config.model.path).expanduser())
-    except (OSError, ValueError):
-        return False
+        return models.spec_for(config).beside_engine
+    except (OSError, ValueError, RecursionError):
+        return ()

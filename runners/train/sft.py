@@ -32,13 +32,13 @@ import numpy as np
 import torch
 
 from algos.data import Turn
-from algos.models import refuse_remote_code
+from algos.models import load_model
 from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.evalsets import MazeStream
 from mazegym.llm import build_messages, format_action, system_prompt, user_message
 from mazegym.maze import MazeSpec
 from mazegym.solver import oracle_actions
-from runners import atomic
+from runners import atomic, models
 from runners.config import ConfigError, TrainConfig
 from runners.config.derived import rollout_config
 from runners.rollout.evaluate import write_json
@@ -81,16 +81,14 @@ def add_task_tokens(model_dir: str | Path, phrases: Sequence[str]) -> int:
 
     New embedding rows start at the mean of the existing ones. Returns the number of tokens added.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+    from transformers import AutoTokenizer
 
     model_dir = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
     added = tokenizer.add_tokens([p for p in phrases if p not in tokenizer.get_vocab()])
     if added == 0:
         return 0
-    config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
-    auto = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
-    model = auto.from_pretrained(str(model_dir), dtype=torch.float32, trust_remote_code=False)
+    model = load_model(model_dir, dtype=torch.float32)
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     with torch.no_grad():
         emb = model.get_input_embeddings().weight
@@ -98,20 +96,6 @@ def add_task_tokens(model_dir: str | Path, phrases: Sequence[str]) -> int:
     model.save_pretrained(str(model_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(model_dir))
     return added
-
-
-def set_image_pixels(model_dir: str | Path, min_pixels: int, max_pixels: int, resize: bool = True) -> None:
-    """Rewrite a VLM's image-processor pixel budget (e.g. so one maze cell is one vision token).
-
-    ``resize=False`` skips the processor's resize step, which is the identity when every frame
-    already has the budgeted size and a side that is a multiple of patch x merge (28 px).
-    """
-    path = Path(model_dir) / "preprocessor_config.json"
-    cfg = json.loads(path.read_text())
-    cfg.update(min_pixels=min_pixels, max_pixels=max_pixels, do_resize=bool(resize))
-    if isinstance(cfg.get("size"), dict):
-        cfg["size"] = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
-    path.write_text(json.dumps(cfg, indent=2))
 
 
 # --------------------------------------------------------------------------- demonstrations
@@ -217,8 +201,9 @@ def response_nll(
 ) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood of the reply tokens of ``turns`` (prompt tokens masked out).
 
-    With ``localization_weight > 0`` and a model that takes ``agent_cells`` (MazeVLM), adds that
-    weight times the model's agent-localisation loss (each turn's one image, its ``state`` cell).
+    With ``localization_weight > 0`` and a model whose spec has an agent-localisation loss
+    (:attr:`runners.models.ModelSpec.localization_inputs`), adds that weight times that loss (each
+    turn's one image, its ``state`` cell).
     Returns the loss and the number of reply tokens it averages over.
     """
     rows = [t.input_ids for t in turns]
@@ -241,10 +226,10 @@ def response_nll(
         image_token_id = getattr(model.config, "image_token_id", None)
         if image_token_id is not None:  # Qwen-VL M-RoPE needs the modality of every token
             extra["mm_token_type_ids"] = (ids == image_token_id).to(torch.int)
-        if localization_weight > 0 and takes_agent_cells(model) and all(len(t.images) == 1 and t.state for t in turns):
-            cols = extra["image_grid_thw"][:, 2].tolist()
-            cells = [tuple(int(v) for v in t.state.split(",")) for t in turns]
-            extra["agent_cells"] = torch.tensor([r * w + c for (r, c), w in zip(cells, cols)])
+        if localization_weight > 0 and all(len(t.images) == 1 and t.state for t in turns):
+            localize = models.spec_of(model).localization_inputs
+            if localize is not None:
+                extra.update(localize(extra, list(turns)))
     device = next(model.parameters()).device
     out = model(
         input_ids=ids.to(device),
@@ -262,12 +247,6 @@ def response_nll(
     return loss, int((targets != -100).sum())
 
 
-def has_vision_pretraining(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (or the model in a PEFT wrapper) has a vision-encoder pretraining objective (MazeVLM)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return callable(getattr(base, "vision_pretraining_loss", None))
-
-
 def pretrain_vision(
     model: torch.nn.Module,
     demos: DemoStream,
@@ -279,10 +258,12 @@ def pretrain_vision(
     log: Callable[[int, dict[str, float]], None] | None = None,
     threads: int = 1,
 ) -> dict[str, float]:
-    """AdamW on the model's ``vision_pretraining_loss`` over ``steps`` batches of demonstration moves.
+    """AdamW on the model's vision pretraining objective (its spec's ``vision_pretraining_loss``) over ``steps``
+    batches of demonstration moves.
 
-    Only the vision encoder's parameters are updated (constant learning rate, gradients clipped
-    to norm 1). Each turn must show one image and record its agent cell (``Turn.state``) and move.
+    Only the vision encoder's parameters (the spec's ``vision_parameters``) are updated (constant learning
+    rate, gradients clipped to norm 1). Each turn must show one image and record its agent cell
+    (``Turn.state``) and move.
     With ``threads > 1`` each batch is cut into that many parts, each part's gradient computed on
     a copy of the model in a thread of its own (:class:`algos.parallel.Replicas`) and the parts'
     gradients added, weighted by their share of the batch. Returns the final metrics.
@@ -290,27 +271,17 @@ def pretrain_vision(
     from algos.parallel import Replicas
     from runners.rollout.generation.prompts import to_pil
 
-    def vision_params(m: torch.nn.Module) -> list[torch.nn.Parameter]:
-        inner = m.get_base_model() if hasattr(m, "get_base_model") else m
-        return [p for p in inner.vision_tower.parameters() if p.requires_grad]
-
-    params = vision_params(model)
+    spec = models.spec_of(model)
+    if spec.vision_pretraining_loss is None:
+        raise ValueError(f"the {spec.name} model has no vision pretraining objective")
+    params = spec.vision_parameters(model)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     model.train()
-    replicas = Replicas(model, threads, vision_params) if threads > 1 else None
+    replicas = Replicas(model, threads, spec.vision_parameters) if threads > 1 else None
 
     def part_loss(m: torch.nn.Module, part: list[Turn]) -> tuple[float, float]:
-        inner = m.get_base_model() if hasattr(m, "get_base_model") else m
         processed = image_processor(images=[to_pil(t.images[0]) for t in part], return_tensors="pt")
-        cols = processed["image_grid_thw"][:, 2].tolist()
-        cells = [tuple(int(v) for v in t.state.split(",")) for t in part]
-        device = params[0].device
-        loss, accuracy = inner.vision_pretraining_loss(
-            processed["pixel_values"].to(device),
-            processed["image_grid_thw"].to(device),
-            agent_cells=torch.tensor([r * w + c for (r, c), w in zip(cells, cols)], device=device),
-            actions=torch.tensor([int(t.action) for t in part], device=device),
-        )
+        loss, accuracy = spec.vision_pretraining_loss(m, processed, part)
         share = len(part) / batch_size
         (loss * share).backward()
         return loss.item() * share, accuracy * share
@@ -342,14 +313,6 @@ def pretrain_vision(
             log(step, metrics)
     model.eval()
     return metrics
-
-
-def takes_agent_cells(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (or the model inside a PEFT wrapper) has an agent-localisation loss (MazeVLM)."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "agent_cells" in inspect.signature(base.forward).parameters
 
 
 def seed_everything(seed: int) -> None:
@@ -555,41 +518,18 @@ def _run_sft_into(
         )
 
     demos = DemoStream(mazes, make_turns, seed=config.sft.seed)
-    refuse_remote_code(base)
-    if config.sft.mode == "full":
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-        auto = (
-            AutoModelForImageTextToText
-            if hasattr(AutoConfig.from_pretrained(base, trust_remote_code=False), "vision_config")
-            else AutoModelForCausalLM
-        )
-        model = auto.from_pretrained(str(base), dtype=getattr(torch, config.model.dtype), trust_remote_code=False).to(
-            config.model.device
-        )
-    else:
+    model = load_model(base, dtype=getattr(torch, config.model.dtype)).to(config.model.device)
+    if config.sft.mode == "lora":
         from algos.policies.lm import add_lora
 
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-        auto = (
-            AutoModelForImageTextToText
-            if hasattr(AutoConfig.from_pretrained(base, trust_remote_code=False), "vision_config")
-            else AutoModelForCausalLM
-        )
-        model = add_lora(
-            auto.from_pretrained(str(base), dtype=getattr(torch, config.model.dtype), trust_remote_code=False).to(
-                config.model.device
-            ),
-            config.lora,
-        )
+        model = add_lora(model, config.lora)
     t0 = time.perf_counter()
     vision_final: dict[str, float] = {}
     if config.sft.vision_steps > 0:
-        if not has_vision_pretraining(model):
+        if models.spec_of(model).vision_pretraining_loss is None:
             raise ConfigError(
-                f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining "
-                "objective (MazeVLM has one); set sft.vision_steps=0"
+                f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining objective (the "
+                f"model kinds with one: {', '.join(models.having('vision_pretraining_loss'))}); set sft.vision_steps=0"
             )
         vision_progress, on_vision_step = _step_logger(
             config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"

@@ -25,6 +25,7 @@ import torch
 
 from algos.data import Episode
 from mazegym.evalsets import MazeStream
+from runners import models
 from runners.config import TrainConfig
 from runners.config.derived import rollout_config, step_seed
 from runners.rollout.collect import RolloutConfig, collect_groups, draws_no_torch_randomness
@@ -81,9 +82,9 @@ def rollout_threads(config: TrainConfig) -> int:
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:
     """Token ids a VLM reserves for image/video inputs (empty for text models)."""
-    import transformers
+    from algos.models import load_config
 
-    config = transformers.AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
+    config = load_config(model_dir)
     return {
         int(i)
         for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
@@ -167,21 +168,15 @@ def vision_iterations_for(generator: Any, config: TrainConfig, set_name: str):
     Yields the iteration count used (None when the model has no recurrent encoder, scaling is
     off, or the set's mazes are not larger than ``maze.size``); restores the count afterwards.
     """
-    from algos.models.maze_vlm import recurrent_encoders
     from mazegym.evalsets import EVAL_SETS
 
     model = getattr(generator, "model", None)
-    encoders = recurrent_encoders(model) if isinstance(model, torch.nn.Module) else []
+    spec = models.spec_of(model)
+    base = spec.vision_iterations(model) if spec is not None and spec.vision_iterations is not None else None
     size = EVAL_SETS[set_name].size
-    if not encoders or not config.eval.scale_vision_iterations or size <= config.maze.size:
+    if base is None or not config.eval.scale_vision_iterations or size <= config.maze.size:
         yield None
         return
-    saved = [e.iterations for e in encoders]
-    iterations = int(np.ceil(saved[0] * size / config.maze.size))
-    try:
-        for e in encoders:
-            e.iterations = iterations
+    iterations = int(np.ceil(base * size / config.maze.size))
+    with spec.run_vision_iterations(model, iterations):
         yield iterations
-    finally:
-        for e, n in zip(encoders, saved):
-            e.iterations = n

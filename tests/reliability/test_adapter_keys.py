@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from runners.tiny import build_tiny_text_lm
+from runners.models.tiny import build_tiny_text_lm
 
 
 @pytest.fixture(scope="module")

@@ -158,7 +158,7 @@ class _HostileGenerator:
 
     def __init__(self, replies):
         from runners.rollout.generation.prompts import ChatEncoder
-        from runners.tiny import build_tokenizer
+        from runners.models.tiny import build_tokenizer
 
         self.encoder = ChatEncoder(build_tokenizer())
         self.replies = list(replies)

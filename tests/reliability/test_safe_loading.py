@@ -98,7 +98,7 @@ def test_a_real_lora_policy_checkpoint_round_trips_through_safe_loading(tmp_path
     import algos
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
     from runners.rollout.generation.adapters import check_adapter
-    from runners.tiny import build_tiny_text_lm
+    from runners.models.tiny import build_tiny_text_lm
 
     model = build_tiny_text_lm(
         tmp_path / "model",

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 import mazegym.evalsets as evalsets
 from lora_helpers import perturb_lora, tiny_lora_policy
 from runners.train.sync import LATEST_FILE, AdapterSync, AdapterSyncError, version_dir_name
-from runners.tiny import build_tiny_text_lm
+from runners.models.tiny import build_tiny_text_lm
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from algos.lora import LoRAConfig
+from algos.models import load_config, model_class
 from algos.policies.lm import check_adapter_keys
 
 
@@ -24,12 +25,10 @@ from algos.policies.lm import check_adapter_keys
 def _expected_keys(model_path: str, adapter_config: str) -> frozenset[str]:
     import torch
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
-    cls = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
+    config = load_config(model_path)
     with torch.device("meta"):
-        model = cls.from_config(config)
+        model = model_class(config).from_config(config)
     lora = LoraConfig(**{k: v for k, v in json.loads(adapter_config).items() if k in LoraConfig.__dataclass_fields__})
     lora.inference_mode = True
     return frozenset(get_peft_model_state_dict(get_peft_model(model, lora)).keys())
@@ -70,14 +69,12 @@ def adapter_tensor_names(adapter_dir: str | Path) -> set[str]:
 def _trained_keys(model_path: str, lora_settings: str) -> frozenset[str]:
     import torch
     from peft import get_peft_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     from algos.policies.lm import add_lora
 
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
-    cls = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
+    config = load_config(model_path)
     with torch.device("meta"):
-        model = add_lora(cls.from_config(config), LoRAConfig(**json.loads(lora_settings)))
+        model = add_lora(model_class(config).from_config(config), LoRAConfig(**json.loads(lora_settings)))
     return frozenset(get_peft_model_state_dict(model).keys())
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-import algos.models  # registers mazegym's own models with the transformers Auto classes; refuse_remote_code
+from algos.models import load_model
 from runners.rollout.generation.adapters import check_adapter
 from runners.rollout.generation.base import GenerationResult, Prompt, SamplingConfig, check_sampling
 from runners.rollout.generation.prompts import (
@@ -25,14 +25,8 @@ from runners.rollout.generation.prompts import (
 
 
 def _load_model(model_path: str, dtype: torch.dtype, device: str):
-    """AutoModelForImageTextToText for configs with a vision tower, AutoModelForCausalLM otherwise."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    algos.models.refuse_remote_code(model_path)
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)
-    cls = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
-    model = cls.from_pretrained(model_path, dtype=dtype, trust_remote_code=False)
-    return model.to(device).eval()
+    """The model at ``model_path`` (:func:`algos.models.load_model`) on ``device``, in eval mode."""
+    return load_model(model_path, dtype=dtype).to(device).eval()
 
 
 def mm_token_type_ids(input_ids: torch.Tensor, image_token_id: int | None) -> torch.Tensor:

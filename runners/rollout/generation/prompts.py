@@ -28,7 +28,7 @@ def load_tokenizer(model_path: str | Path):
     path = Path(model_path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
-            f"no model at {path} (config.json missing); build one with runners.tiny or pass a local checkpoint dir"
+            f"no model at {path} (config.json missing); build one with runners.models.tiny or pass a local model dir"
         )
     from algos.models import refuse_remote_code
 
@@ -47,15 +47,17 @@ def load_image_processor(model_path: str | Path):
         return None
     from transformers import AutoImageProcessor
 
+    from algos.models import refuse_remote_code  # also registers mazegym's own image processors
+
+    refuse_remote_code(path)
     return AutoImageProcessor.from_pretrained(str(path), trust_remote_code=False)
 
 
 def image_token_id_of(model_path: str | Path) -> int | None:
     """The id of the image placeholder token from the model config (``None`` for text models)."""
-    from transformers import AutoConfig
+    from algos.models import load_config
 
-    config = AutoConfig.from_pretrained(str(model_path), trust_remote_code=False)
-    return getattr(config, "image_token_id", None)
+    return getattr(load_config(model_path), "image_token_id", None)
 
 
 def to_pil(image: Any):

@@ -20,14 +20,10 @@ from typing import Any
 
 import torch
 
-import algos.models  # noqa: F401  (registers MazeVLM with the transformers Auto classes)
-from algos.models.maze_vlm import MODEL_TYPE as MAZE_VLM_MODEL_TYPE
-from runners import atomic
+from algos.models import load_model
+from runners import atomic, models
 from runners.rollout.generation.base import Prompt
 from runners.rollout.generation.prompts import pixel_inputs
-
-PROMPT_EMBEDS_MODEL_TYPES = (MAZE_VLM_MODEL_TYPE,)
-"""Model types whose prompts vLLM receives as embeddings (their vision encoder is not a vLLM model)."""
 
 DECODER_FILES = (
     "tokenizer.json",
@@ -40,9 +36,9 @@ DECODER_FILES = (
 
 
 def needs_prompt_embeds(model_path: str | Path) -> bool:
-    """True when the model at ``model_path`` is served through prompt embeddings (see the module docstring)."""
-    config = Path(model_path) / "config.json"
-    return config.is_file() and json.loads(config.read_text()).get("model_type") in PROMPT_EMBEDS_MODEL_TYPES
+    """True when the model at ``model_path`` is served through prompt embeddings (see the module docstring): its
+    spec names modules vLLM cannot run (:attr:`runners.models.ModelSpec.beside_engine`)."""
+    return models.spec_for_dir(model_path).prompt_embeds
 
 
 def write_decoder_model(model: torch.nn.Module, model_path: str | Path, out_dir: str | Path) -> Path:
@@ -107,13 +103,7 @@ class PromptEmbedder:
     """The vision encoder, projector and token embeddings of a MazeVLM, turning prompts into vLLM embeddings prompts."""
 
     def __init__(self, model_path: str | Path, image_processor: Any, image_token_id: int, device: str = "cpu"):
-        from transformers import AutoModelForImageTextToText
-
-        self.model = (
-            AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32, trust_remote_code=False)
-            .to(device)
-            .eval()
-        )
+        self.model = load_model(model_path, dtype=torch.float32).to(device).eval()
         self.image_processor = image_processor
         self.image_token_id = int(image_token_id)
         self.device = device
