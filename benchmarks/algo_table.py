@@ -10,7 +10,7 @@ any other is rerun from scratch, so an interrupted table resumes where it stoppe
     python benchmarks/algo_table.py --smoke --algos grpo ppo --seeds 0 --out /tmp/algo-smoke
 
 ``--publish`` also writes the results where the docs read them: the table between
-``<!-- algo-table:start -->`` and ``<!-- algo-table:end -->`` in README.md, the curves as
+``<!-- algo-table:start -->`` and ``<!-- algo-table:end -->`` in benchmarks/README.md, the curves as
 ``docs/assets/algo_table_<preset>.png`` and the aggregate as ``docs/assets/algo_table_<preset>.json``
 (``scripts/gen_algorithms_doc.py`` puts each algorithm's measured row on docs/algorithms.md).
 """
@@ -253,7 +253,7 @@ def publish(out: Path, table: str, data: dict, preset: str, readme: Path, assets
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
         raise SystemExit(f"{readme} has no {README_START} ... {README_END} block")
-    picture = f"docs/assets/algo_table_{preset}.png"
+    picture = Path(os.path.relpath(assets / f"algo_table_{preset}.png", readme.parent)).as_posix()
     body = table.split("\n", 2)[2].strip("\n")  # without the page title
     block = f"{body}\n\n![eval solve rate per RL step, mean and min-max over seeds]({picture})\n"
     write_atomic(readme, (text[: start + len(README_START)] + "\n" + block + text[end:]).encode())
@@ -292,8 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=0.95, help="solve rate for the steps/wall-to columns")
     p.add_argument("--parallel", type=int, default=1, help="runs at a time (default 1: sequential)")
     p.add_argument("--smoke", action="store_true", help=f"tiny budget: {' '.join(SMOKE)}, {SMOKE_STEPS} RL steps")
-    p.add_argument("--publish", action="store_true", help="write the table into README.md and docs/assets (see above)")
-    p.add_argument("--readme", type=Path, default=ROOT / "README.md", help="README edited by --publish")
+    p.add_argument(
+        "--publish", action="store_true", help="write the table into benchmarks/README.md and docs/assets (see above)"
+    )
+    p.add_argument("--readme", type=Path, default=ROOT / "benchmarks" / "README.md", help="the page --publish edits")
     args = p.parse_args(argv)
     out = args.out.resolve()
     steps = args.steps if args.steps is not None else (SMOKE_STEPS if args.smoke else None)

@@ -1,4 +1,4 @@
-"""The README's performance table, measured: runs the cheap benchmarks and prints a Markdown table.
+"""The performance table of benchmarks/README.md, measured: runs the cheap benchmarks and prints a Markdown table.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/perf_table.py [--seconds S] [--write-readme] [--note TEXT]
 
@@ -6,7 +6,7 @@ Runs ``bench_env.py`` (steps/s for image / text / both observations, reset ms, r
 network-policy part of ``bench_update.py`` (samples/s) in this process, about ``--seconds`` per case,
 and writes their JSON under ``runs/bench/``. The benchmarks that take minutes (vLLM vs HF rollouts,
 the Ray runner) are not run: their rows come from the JSON they write with ``--json``, if present,
-and say "not run" otherwise. ``--write-readme`` replaces the part of README.md between
+and say "not run" otherwise. ``--write-readme`` replaces the part of benchmarks/README.md between
 ``<!-- perf-table:start -->`` and ``<!-- perf-table:end -->`` with the measured rows, headed by the
 date, the CPU count and the load average; the printed table also holds the expensive rows.
 """
@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--results", type=Path, default=RESULTS, help=f"where the JSON files live (default {RESULTS})")
     p.add_argument("--no-update", action="store_true", help="skip the network-policy update (no torch import)")
     p.add_argument("--write-readme", action="store_true", help="replace the marked block of the README")
-    p.add_argument("--readme", type=Path, default=ROOT / "README.md", help="the README to edit (default the repo's)")
+    p.add_argument(
+        "--readme", type=Path, default=ROOT / "benchmarks" / "README.md", help="the page to edit (benchmarks/README.md)"
+    )
     p.add_argument("--note", default="", help="a sentence appended to the header, e.g. what else was running")
     args = p.parse_args(argv)
 

@@ -170,7 +170,8 @@ def test_publish_writes_the_readme_block_and_the_assets(tmp_path):
         "<!-- algo-table:end -->\noutro\n"
     )
     assert "old table" not in text and "# Algorithm table" not in text and "| a | 3/3 |" in text
-    assert "![eval solve rate per RL step, mean and min-max over seeds](docs/assets/algo_table_p.png)" in text
+    # the picture's link is relative to the page it is written into
+    assert "![eval solve rate per RL step, mean and min-max over seeds](assets/algo_table_p.png)" in text
     assert (assets / "algo_table_p.png").read_bytes() == b"\x89PNG fake"
     saved = json.loads((assets / "algo_table_p.json").read_text())
     assert [r["algo"] for r in saved["rows"]] == ["a", "b"] and saved["command"] == "c"

@@ -36,7 +36,7 @@ def test_bench_env_script_writes_positive_steps_per_second(tmp_path):
 
 def test_readme_block_replacement_is_idempotent_and_keeps_other_rows(tmp_path):
     readme = tmp_path / "README.md"
-    original = (ROOT / "README.md").read_text()
+    original = (ROOT / "benchmarks" / "README.md").read_text()
     readme.write_text(original)
     start, end = original.index(perf_table.START), original.index(perf_table.END) + len(perf_table.END)
     env = perf_table.bench_env.run_all(0.01)
