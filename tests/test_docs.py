@@ -1,5 +1,6 @@
 """Generated documentation stays in step with the code."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,15 @@ def test_readme_smoke_command_runs_the_pipeline(tmp_path):
     assert set(numbers["sweep"]["VisMaze-v0"]) == {"3", "5"} and numbers["sizes"]["VisMaze-Hard-v0"] == 11
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "smoke").rglob("*")) == before
+
+
+def test_encoder_extrapolation_benchmark_trains_and_walks_every_size(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import encoder_extrapolation
+
+    out = tmp_path / "encoder.json"
+    argv = ["--state", "gated", "--progressive", "0.5", "--steps", "2", "--batch", "8", "--sizes", "5", "11"]
+    assert encoder_extrapolation.main([*argv, "--first", "2", "--iterations", "1", "2", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["state"] == "gated" and set(record["rates"]) == {"5@12", "5@23", "11@25", "11@49"}
+    assert all(0.0 <= r <= 1.0 for r in record["rates"].values())

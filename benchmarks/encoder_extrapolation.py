@@ -1,0 +1,170 @@
+"""Does MazeVLM's recurrent vision encoder, trained on 9x9 mazes only, solve larger ones when it thinks longer?
+
+    python benchmarks/encoder_extrapolation.py --state residual           # the encoder as built by default
+    python benchmarks/encoder_extrapolation.py --state gated              # the bounded, gated state update
+    python benchmarks/encoder_extrapolation.py --state residual --progressive 0.5   # Bansal et al.'s progressive loss
+
+Trains the encoder alone, as the SFT stage's vision pretraining does (AdamW lr 2e-3, batches of 128
+BFS moves from random open cells of fresh 9x9 mazes, the move read at the agent's cell by a linear head,
+plus the agent-localisation loss), then plays *encoder-only* greedy walks (the head's move at the
+agent's cell, no decoder, no solver) on the fixed sets of each size with the encoder run for
+``--iterations`` (a multiple of the size-scaled count ``ceil(20 * size / 9)``). A recurrence that
+extrapolates keeps or raises its solve rate as iterations grow; one that "overthinks" collapses.
+``--progressive ALPHA`` mixes the loss after the full 20 iterations with (weight ALPHA) the loss after
+n iterations without gradient followed by k with it (n, k random; Bansal et al. 2022). One thread;
+results differ across machines and seeds. Writes nothing unless ``--json PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SETS = {
+    5: "heldout-5x5",
+    7: "heldout-7x7",
+    9: "VisMaze-v0",
+    11: "VisMaze-Hard-v0",
+    13: "heldout-13x13",
+    15: "heldout-15x15",
+    17: "heldout-17x17",
+    19: "heldout-19x19",
+    21: "heldout-21x21",
+    33: "heldout-33x33",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train the encoder on 9x9 moves, then print (and optionally write) its walk solve rate per size and depth."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--state", choices=("residual", "gated"), default="residual", help="the state update")
+    parser.add_argument("--progressive", type=float, default=0.0, help="weight of the progressive loss (0 = off)")
+    parser.add_argument("--steps", type=int, default=220, help="training batches (the preset's sft.vision_steps)")
+    parser.add_argument("--batch", type=int, default=128, help="moves per batch")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[7, 9, 11, 13, 17], help=f"of {sorted(SETS)}")
+    parser.add_argument("--iterations", type=float, nargs="+", default=[1.0, 2.0], help="multiples of the scaled count")
+    parser.add_argument("--first", type=int, default=32, help="mazes per set (the 9x9 set is always played whole)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    if any(s not in SETS for s in args.sizes) or not 0.0 <= args.progressive <= 1.0 or args.steps < 1:
+        parser.error(f"sizes must be among {sorted(SETS)}, --progressive in [0, 1], --steps >= 1")
+
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from algos.models.maze_vlm import MazeVLMImageProcessor, RecurrentConvEncoder
+    from mazegym.envs.vismaze import VisMazeEnv
+    from mazegym.evalsets import EVAL_SETS, MazeStream, load_eval_set
+    from mazegym.maze import MazeSpec
+    from mazegym.solver import bfs_distances, next_cell
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(args.seed)
+    processor = MazeVLMImageProcessor(cell_px=25, patch_px=5, tokens="agent")
+    envs: dict[int, VisMazeEnv] = {}
+    depth = 20
+    encoder = RecurrentConvEncoder(5, 32, depth, tokens="agent", state=args.state)
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=2e-3, weight_decay=0.0)
+
+    def grids(specs: list) -> torch.Tensor:
+        images = []
+        for spec in specs:
+            env = envs.setdefault(spec.size, VisMazeEnv(size=spec.size, max_moves=10_000, obs_mode="image"))
+            images.append(env.reset(options={"maze": spec})[0]["image"])
+        pixels = processor(images=images, return_tensors="pt")["pixel_values"]
+        return pixels.reshape(len(specs), specs[0].size, specs[0].size, -1)
+
+    def decisions(grid: torch.Tensor, free: int, trained: int) -> torch.Tensor:
+        """Decision features of every cell after ``free`` iterations without gradient and ``trained`` with it."""
+        recall = torch.relu(encoder.patch_embed(grid)).permute(0, 3, 1, 2)
+        state = torch.zeros_like(recall)
+        with torch.no_grad():
+            for _ in range(free):
+                state = encoder.step(state, recall)
+        for _ in range(trained):
+            state = encoder.step(state, recall)
+        out = torch.relu(encoder.readout(torch.cat([state, recall], 1)))
+        return out.permute(0, 2, 3, 1).reshape(grid.shape[0], -1, out.shape[1])
+
+    def move_loss(grid: torch.Tensor, cells: torch.Tensor, moves: torch.Tensor, free: int, trained: int):
+        logits = encoder.action_head(decisions(grid, free, trained)[torch.arange(len(cells)), cells])
+        return nn.functional.cross_entropy(logits, moves)
+
+    stream = MazeStream(9, seed=args.seed)
+    started = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        specs, cells, moves = [], [], []
+        while len(specs) < args.batch:
+            maze = next(stream)
+            distance = bfs_distances(maze.grid, maze.goal)
+            open_cells = [(int(r), int(c)) for r, c in np.argwhere(~maze.grid) if (int(r), int(c)) != maze.goal]
+            cell = open_cells[int(rng.integers(len(open_cells)))]
+            steps_to_goal = [
+                distance[n] if (n := next_cell(maze.grid, cell, a)) != cell else math.inf for a in range(4)
+            ]
+            specs.append(MazeSpec(maze.grid, cell, maze.goal))
+            cells.append(cell[0] * 9 + cell[1])
+            moves.append(int(np.argmin(steps_to_goal)))
+        grid, cells_t, moves_t = grids(specs), torch.tensor(cells), torch.tensor(moves)
+        scores = encoder.agent_score(grid.reshape(len(specs), 81, -1)).squeeze(-1) * encoder.score_scale
+        loss = nn.functional.cross_entropy(scores, cells_t)
+        if args.progressive < 1.0:
+            loss = loss + (1 - args.progressive) * move_loss(grid, cells_t, moves_t, 0, depth)
+        if args.progressive > 0.0:
+            free = int(rng.integers(0, depth))
+            loss = loss + args.progressive * move_loss(
+                grid, cells_t, moves_t, free, int(rng.integers(1, depth - free + 1))
+            )
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
+        optimizer.step()
+        if step % 20 == 0:
+            print(f"step {step}: loss {loss.item():.3f} ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    @torch.no_grad()
+    def walk_solve_rate(name: str, iterations: int, first: int) -> float:
+        specs = load_eval_set(name)[:first]
+        position, done = [s.start for s in specs], [False] * len(specs)
+        for _ in range(EVAL_SETS[name].max_moves):
+            active = [i for i in range(len(specs)) if not done[i]]
+            if not active:
+                break
+            grid = grids([MazeSpec(specs[i].grid, position[i], specs[i].goal) for i in active])
+            size = specs[0].size
+            at = torch.tensor([position[i][0] * size + position[i][1] for i in active])
+            chosen = encoder.action_head(decisions(grid, iterations, 0)[torch.arange(len(active)), at]).argmax(-1)
+            for i, move in zip(active, chosen.tolist()):
+                position[i] = next_cell(specs[i].grid, position[i], move)
+                done[i] = position[i] == specs[i].goal
+        return sum(done) / len(specs)
+
+    record = {"state": args.state, "progressive": args.progressive, "steps": args.steps, "seed": args.seed}
+    record["train_seconds"], record["rates"] = time.perf_counter() - started, {}
+    print(f"\n| size | {' | '.join(f'{m:g}x depth' for m in args.iterations)} |")
+    print("|---|" + "---|" * len(args.iterations))
+    for size in args.sizes:
+        cells = []
+        for multiple in args.iterations:
+            iterations = max(1, math.ceil(depth * size / 9 * multiple))
+            rate = walk_solve_rate(SETS[size], iterations, 64 if size == 9 else args.first)
+            record["rates"][f"{size}@{iterations}"] = rate
+            cells.append(f"{rate:.1%} ({iterations} it.)")
+        print(f"| {size}x{size} | {' | '.join(cells)} |", flush=True)
+    if args.json is not None:
+        from runners.atomic import write_json
+
+        write_json(args.json, record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
