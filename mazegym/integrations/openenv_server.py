@@ -48,6 +48,8 @@ from openenv.core.env_server.types import (
 )
 from PIL import Image
 from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+from websockets.exceptions import ConnectionClosed
 
 import mazegym
 from mazegym.evalsets import EVAL_SETS, load_eval_set
@@ -79,7 +81,8 @@ class MazeAction(Action):
     @model_validator(mode="after")
     def _one_of(self) -> "MazeAction":
         if (self.action is None) == (self.text is None):
-            raise ValueError("give exactly one of 'action' (an index 0-4) or 'text' (a model reply)")
+            # PydanticCustomError, not ValueError: OpenEnv sends e.errors() as JSON, and a ValueError in it is not JSON
+            raise PydanticCustomError("one_action", "give exactly one of 'action' (an index 0-4) or 'text' (a reply)")
         return self
 
 
@@ -156,7 +159,13 @@ class VisMazeEnvironment(Environment[MazeAction, MazeObservation, State]):
             if self.env is not None:
                 self.env.close()
             self.env, self._config = gym.make(env_id, **env_kwargs), config
-        obs, info = self.env.reset(seed=seed, options={"maze": maze} if maze is not None else None)
+        try:
+            obs, info = self.env.reset(seed=seed, options={"maze": maze} if maze is not None else None)
+        except Exception:
+            # gymnasium 1.4's env checker breaks for good when an env's first reset raises: start afresh next time
+            self.close()
+            self._config = None
+            raise
         self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0, env_id=env_id)
         return self._observation(obs, 0.0, False, False, info)
 
@@ -300,6 +309,7 @@ class RemoteVisMazeEnv(gym.Env):
         local.close()
         self.render_mode = render_mode
         self._last: dict[str, Any] = {}
+        self.base_url = base_url.rstrip("/")
         self.client = VisMazeClient(base_url=base_url).sync()
         self.client.connect()
 
@@ -309,7 +319,12 @@ class RemoteVisMazeEnv(gym.Env):
         options = dict(options) if options else None
         if options and isinstance(options.get("maze"), MazeSpec):
             options["maze"] = options["maze"].to_dict()
-        result = self.client.reset(seed=seed, env_id=self.env_id, env_kwargs=self.env_kwargs, options=options)
+        try:
+            result = self.client.reset(seed=seed, env_id=self.env_id, env_kwargs=self.env_kwargs, options=options)
+        except ConnectionClosed as exc:  # the server refuses a session by closing it right after the handshake
+            raise ConnectionError(
+                f"the server closed this session ({exc}); it may be at capacity: see GET {self.base_url}/capacity"
+            ) from None
         obs, _, _, _, info = self._unpack(result)
         return obs, info
 
