@@ -26,8 +26,6 @@ when it sits idle that long.
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import uuid
 from typing import Any, Optional
 
@@ -46,7 +44,6 @@ from openenv.core.env_server.types import (
     ServerCapacityStatus,
     State,
 )
-from PIL import Image
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 from websockets.exceptions import ConnectionClosed
@@ -54,6 +51,7 @@ from websockets.exceptions import ConnectionClosed
 import mazegym
 from mazegym.evalsets import EVAL_SETS, load_eval_set
 from mazegym.integrations import add_server_arguments
+from mazegym.integrations.messages import decode_png, encode_png
 from mazegym.integrations.visgym import env_id_for
 from mazegym.llm import invalid_action_feedback, parse_action
 from mazegym.maze import MazeSpec
@@ -94,18 +92,6 @@ class MazeObservation(Observation):
     info: dict[str, Any] = Field(default_factory=dict, description="the env's info dict (feedback, moves, ...)")
     terminated: bool = False
     truncated: bool = False
-
-
-def encode_image(image: np.ndarray) -> str:
-    """An RGB array as base64 PNG (lossless, so the client decodes the very same array)."""
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="PNG", compress_level=1)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def decode_image(data: str) -> np.ndarray:
-    """The RGB array of a base64 PNG."""
-    return np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
 
 
 def _jsonable_info(info: dict[str, Any]) -> dict[str, Any]:
@@ -224,7 +210,7 @@ class VisMazeEnvironment(Environment[MazeAction, MazeObservation, State]):
 
     def _observation(self, obs: dict, reward: float, terminated: bool, truncated: bool, info: dict) -> MazeObservation:
         return MazeObservation(
-            image_png=encode_image(obs["image"]) if "image" in obs else None,
+            image_png=encode_png(obs["image"]) if "image" in obs else None,
             text=obs.get("text"),
             info=_jsonable_info(info),
             terminated=terminated,
@@ -352,7 +338,7 @@ class RemoteVisMazeEnv(gym.Env):
         o = result.observation
         obs = {}
         if o.image_png is not None:
-            obs["image"] = decode_image(o.image_png)
+            obs["image"] = decode_png(o.image_png)
         if o.text is not None:
             obs["text"] = o.text
         self._last = obs
