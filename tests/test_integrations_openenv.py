@@ -262,3 +262,18 @@ def test_serve_env_command_serves_until_stopped():
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_the_trl_tool_env_plays_on_the_server(server):
+    from mazegym import load_eval_set
+    from mazegym.integrations.trl_env import VisMazeToolEnv
+    from mazegym.llm import ACTION_NAMES
+    from mazegym.solver import oracle_actions
+
+    url, _ = server
+    env = VisMazeToolEnv(base_url=url)
+    assert "You have 30 moves" in env.reset(eval_set="VisMaze-Hard-v0", index=2)
+    for action in oracle_actions(load_eval_set("VisMaze-Hard-v0")[2]):
+        env.move(ACTION_NAMES[action])
+    assert env.get_reward() == 1.0
+    env.env.close()
