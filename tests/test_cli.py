@@ -10,7 +10,7 @@ import pytest
 from mazegym import manual_control
 from runners import cli
 
-SUBCOMMANDS = ["train", "sft", "eval", "serve", "play-remote", "report", "play", "export", "presets"]
+SUBCOMMANDS = ["train", "sft", "eval", "serve", "serve-env", "play-remote", "report", "play", "export", "presets"]
 
 
 def _run_main(argv, capsys):

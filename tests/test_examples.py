@@ -149,3 +149,10 @@ def test_lm_rl_step_runs_every_phase(tmp_path):
     assert numbers(r"step (\d+): \d+ branches", out) == [1.0, 2.0]  # collect -> update -> publish/load, twice
     assert len(numbers(r"solve rate ([0-9.]+)", out)) == 3  # before, and after each step
     assert_image(tmp_path / "lm_rl_step.png")
+
+
+@pytest.mark.slow
+def test_trl_grpo_smoke_trains_and_evaluates_on_the_fixed_set(tmp_path):
+    pytest.importorskip("trl", reason="needs the trl extra: pip install -e '.[trl]'")
+    out = run_example("12_trl_grpo.py", "--smoke", "--out", str(tmp_path / "trl"), cwd=tmp_path)
+    assert re.search(r"solve rate on 4 mazes of VisMaze-v0: [0-9.]+", out)

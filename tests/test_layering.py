@@ -61,6 +61,21 @@ def test_light_entry_points_load_no_heavy_package(code):
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+INTEGRATIONS = ("mazegym.integrations", "openenv", "skyrl_gym", "trl", "datasets", "fastapi", "uvicorn", "gradio")
+"""The framework adapters and what they bring: optional extras that ``import mazegym`` must never load."""
+
+
+def test_import_mazegym_loads_no_integration():
+    code = (
+        "import gymnasium, mazegym, mazegym.llm, mazegym.wrappers, sys\n"
+        "gymnasium.make('VisMaze-v0').reset(seed=0)\n"
+        f"print(sorted(m for m in sys.modules if any(m == x or m.startswith(x + '.') for x in {INTEGRATIONS!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 ARCHITECTURES = re.compile(r"(Qwen|Llama|Mistral|Gemma|Phi)\d*\w*")
 """Names of transformers' concrete model classes (their configs, models and processors)."""
 
