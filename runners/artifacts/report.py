@@ -169,7 +169,7 @@ def think_longer_figure(record: dict[str, Any]) -> Any:
     ax.set_xlabel("vision encoder iterations at test time")
     ax.set_ylabel("greedy solve rate (%)")
     ax.set_ylim(-2, 102)
-    ax.set_title(f"Think longer, solve bigger (trained on {trained}x{trained} mazes only)")
+    ax.set_title(f"Solve rate against test-time encoder iterations (trained on {trained}x{trained} only)")
     ax.legend(title="maze size", fontsize=8, title_fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return fig
