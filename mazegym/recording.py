@@ -239,6 +239,13 @@ def _vstack(images: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
+def labelled_grid(specs: Sequence[MazeSpec], outcomes: Sequence[bool | None], title: str) -> np.ndarray:
+    """One set's thumbnail sheet (:func:`maze_grid`) under ``title``, over a legend of its frame colours."""
+    body = titled(maze_grid(specs, outcomes), title)
+    shown = [o for o in (True, False, None) if o in outcomes]
+    return _vstack([body, outcome_legend(shown or (True, False), width=body.shape[1])])
+
+
 def before_after_grids(
     specs: Sequence[MazeSpec],
     before: Sequence[bool | None],

@@ -277,6 +277,20 @@ def test_report_grids_are_titled_and_carry_a_colour_legend(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- pictures outside the report
+def test_the_tensorboard_eval_grid_is_titled_over_a_legend():
+    from mazegym.recording import labelled_grid, maze_grid, outcome_legend, titled
+
+    specs = load_eval_set("VisMaze-v0")[:8]
+    outcomes = [True, False] * 4
+    bare = maze_grid(specs, outcomes)
+    image = labelled_grid(specs, outcomes, "VisMaze-v0 at step 4: 4/8 solved")
+    heading = titled(bare, "VisMaze-v0 at step 4: 4/8 solved").shape[0] - bare.shape[0]
+    legend = outcome_legend((True, False), width=image.shape[1])
+    assert image.shape[0] == bare.shape[0] + heading + legend.shape[0] and image.shape[1] >= bare.shape[1]
+    np.testing.assert_array_equal(image[-legend.shape[0] :], legend)
+    assert heading > 0 and image.dtype == np.uint8
+
+
 def test_before_after_grids_are_titled_over_a_legend():
     from mazegym.recording import before_after_grids, outcome_legend, titled
 

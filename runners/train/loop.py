@@ -143,14 +143,15 @@ def evaluate_and_record(
     write_eval_records(run_dir, step, summary, label)
     if grid and summary.get("mazes") and hasattr(metrics, "log_image"):
         from mazegym.evalsets import load_eval_set
-        from mazegym.recording import maze_grid
+        from mazegym.recording import labelled_grid
 
         specs = load_eval_set(set_name)
         solved: list[bool | None] = [None] * len(specs)
         for rec in summary["mazes"]:
             if rec.get("index") is not None:
                 solved[rec["index"]] = rec["success"]
-        metrics.log_image("eval/mazes", maze_grid(specs, solved), step)
+        title = f"{set_name} at step {step}: {sum(o is True for o in solved)}/{len(specs)} solved"
+        metrics.log_image("eval/mazes", labelled_grid(specs, solved, title), step)
     return strip_records(summary)
 
 
