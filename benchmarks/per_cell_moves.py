@@ -30,8 +30,8 @@ from runners.build import build_generator, trained_model
 from runners.config.derived import rollout_config
 from runners.train.steps import set_threads
 from mazegym.llm import format_action
-from runners.rollout.collect import (
-    SamplingConfig,
+from runners.rollout.generation.base import SamplingConfig
+from runners.rollout.collectors.branches import (
     cell_prompts,
     continuation_values,
     greedy_moves_to_goal,
@@ -44,7 +44,7 @@ def judge(mazes, moves_at, max_moves: int, worths=None) -> dict[str, float]:
     """Per-cell figures of one policy's greedy moves (``moves_at[i][cell]``) against BFS.
 
     The branch labels are the greedy continuation's unless ``worths[i][cell]`` gives each move's
-    worth (:func:`runners.rollout.collect.continuation_values`, the recipe's sampled continuations).
+    worth (:func:`runners.rollout.collectors.branches.continuation_values`, the recipe's sampled continuations).
     """
     optimal, on_path, off_path, labelled, label_optimal, solved = [], [], [], 0, [], 0
     for i, (maze, moves) in enumerate(zip(mazes, moves_at)):

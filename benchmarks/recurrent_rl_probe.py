@@ -39,7 +39,7 @@ from algos.models.maze_vlm import MazeVLMImageProcessor, RecurrentConvEncoder
 from mazegym.evalsets import MazeStream, load_eval_set
 from mazegym.render import render_frame
 from mazegym.solver import bfs_distances, next_cell
-from runners.rollout.collect import greedy_moves_to_goal
+from runners.rollout.collectors.branches import greedy_moves_to_goal
 
 
 def parse_args() -> argparse.Namespace:

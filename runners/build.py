@@ -312,7 +312,9 @@ def refuse_changed_recipe(config: TrainConfig, checkpoint: Path) -> None:
                 out[f"{prefix}{k}"] = v
         return out
 
-    old, new = flat(saved), flat(now)
+    # A setting added since the checkpoint was written is compared as its default, the behaviour the run had.
+    defaults = {k: v for k, v in flat(to_dict(TrainConfig())).items() if not k.startswith("algo.")}
+    old, new = {**defaults, **flat(saved)}, flat(now)
     keys = sorted(
         k
         for k in set(old) | set(new)

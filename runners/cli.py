@@ -472,6 +472,7 @@ def print_plan(config, notes: list[str] = ()) -> int:
     saying what resolving the config changed beyond the user's settings)."""
     from mazegym.evalsets import EVAL_SETS
     from runners.config import describe_fields, validate
+    from runners.rollout import collectors
 
     problems = []
     validate(config, need_model=False)
@@ -498,7 +499,7 @@ def print_plan(config, notes: list[str] = ()) -> int:
         if module is not None and not _installed(module):
             problems.append(f"{setting} needs {module}, which is not installed here: {INSTALL_HINTS[module]}")
     r, loop = config.rollout, config.loop
-    episodes = loop.mazes_per_step * r.group_size
+    collector = collectors.of(r)
     lines = [
         f"Plan for preset {config.preset!r} (dry run: nothing loaded, nothing trained)",
         *(f"  note         {note}" for note in notes),
@@ -523,15 +524,7 @@ def print_plan(config, notes: list[str] = ()) -> int:
             else ""
         ),
         f"  algorithm    {config.algo.name} {json.dumps(config.algo.params)}",
-        (
-            f"  per step     {loop.mazes_per_step} mazes, every open cell of each a group of 4 one-move branches "
-            f"(~{loop.mazes_per_step * ((config.maze.size - 1) ** 2 // 2 - 2)} cells in "
-            f"{config.maze.size}x{config.maze.size} perfect mazes), "
-            f"each move valued by the policy's greedy walk and {r.branch_samples} sampled walks after it"
-            if r.branching
-            else f"  per step     {loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, <= "
-            f"{r.max_moves} turns each"
-        )
+        f"  per step     {collector.plan(config) if collector.plan else collector.description}"
         + f", obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
         f"  loop         {loop.steps} RL steps decide the result"
         + (f" (a {loop.max_minutes:g}-minute cap is the safety net)" if loop.max_minutes > 0 else "")

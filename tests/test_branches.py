@@ -1,4 +1,4 @@
-"""Exploring-start branches (runners.rollout.collect.collect_branches): greedy walks, rewards, groups."""
+"""The branches collector (runners.rollout.collectors.branches): greedy walks, rewards, groups."""
 
 import numpy as np
 import pytest
@@ -8,13 +8,12 @@ import torch
 from algos.advantages import grpo_advantages
 from mazegym.maze import MazeSpec
 from mazegym.solver import MOVES, bfs_distances, next_cell
-from runners.rollout.collect import (
-    RolloutConfig,
+from runners.rollout.collect import RolloutConfig, collect_groups, rollout_metrics
+from runners.rollout.collectors.branches import (
+    branch_settings,
     collect_branches,
-    collect_groups,
     continuation_values,
     greedy_moves_to_goal,
-    rollout_metrics,
 )
 from tests.test_rollout import ScriptedGenerator, _mazes, _oracle_reply
 
@@ -96,7 +95,7 @@ def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
     maze = _mazes(1, size=9, seed=3)[0]
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
     config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=3, max_new_tokens=32)
-    episodes = collect_groups(gen, [maze], config)  # collect_groups dispatches on config.branching
+    episodes = collect_groups(gen, [maze], config)  # branching=true selects the branches collector
     dist = bfs_distances(maze.grid, maze.goal)
     for e in episodes:
         cell = tuple(int(x) for x in e.turns[0].state.split(","))
@@ -111,11 +110,11 @@ def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
 
 def test_branching_refuses_history_and_stop_actions():
     with pytest.raises(ValueError, match="history"):
-        RolloutConfig(branching=True, history="full")
+        branch_settings(RolloutConfig(branching=True, history="full"))
     with pytest.raises(ValueError, match="require_stop"):
-        RolloutConfig(branching=True, state_prompt=True, history="none", require_stop=True)
+        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", require_stop=True))
     with pytest.raises(ValueError, match="branch_gamma"):
-        RolloutConfig(branching=True, state_prompt=True, history="none", branch_gamma=0.0)
+        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_gamma=0.0))
 
 
 def test_malformed_greedy_replies_are_loops_not_crashes():
@@ -181,7 +180,7 @@ def test_sampled_continuations_average_into_the_branch_value():
         assert e.turns[0].reward == pytest.approx((greedy_value + 0.5 ** dist[after]) / 2)
         assert e.success == (after == maze.goal)  # success is the greedy continuation's
     with pytest.raises(ValueError, match="branch_worlds"):
-        RolloutConfig(branching=True, state_prompt=True, history="none", branch_worlds=-1)
+        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_worlds=-1))
 
 
 def _per_cell_moves():
@@ -236,7 +235,7 @@ def test_per_cell_judge_counts_optimal_moves_paths_and_branch_labels():
 
 def test_moves_at_cells_asks_every_open_cell_once():
     from runners.rollout.generation.base import SamplingConfig
-    from runners.rollout.collect import cell_prompts, moves_at_cells
+    from runners.rollout.collectors.branches import cell_prompts, moves_at_cells
 
     mazes = _mazes(2, size=7)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
@@ -254,7 +253,8 @@ def test_state_prompts_make_a_plays_prompt_on_a_cell_the_branch_prompt_of_that_c
     """With state_prompt, every turn of a greedy play (moves, wall bumps, any move number) is
     asked exactly the prompt that branching asks on that cell, so the greedy walks that score
     the branches are the policy that is evaluated."""
-    from runners.rollout.collect import cell_prompts, evaluate_mazes
+    from runners.rollout.collect import evaluate_mazes
+    from runners.rollout.collectors.branches import cell_prompts
 
     mazes = _mazes(3, size=7, seed=4)
     moves = ["<action>right</action>", "<action>up</action>", "<action>left</action>", "<action>down</action>"]
@@ -387,9 +387,13 @@ def test_sampled_branches_score_the_replies_once_and_label_from_their_distributi
             assert e.turns[0].action == _bfs_move(maze, cell)
     assert rewarded > anchors // 2  # with the greedy world right everywhere, every cell is labelled
     with pytest.raises(ValueError, match="branch_continuation"):
-        RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="oracle")
+        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="oracle"))
     with pytest.raises(ValueError, match="branch_worlds"):
-        RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="sampled", branch_worlds=2)
+        branch_settings(
+            RolloutConfig(
+                branching=True, state_prompt=True, history="none", branch_continuation="sampled", branch_worlds=2
+            )
+        )
 
 
 def test_settled_cells_are_left_out_and_counted():
@@ -418,7 +422,7 @@ def test_settled_cells_are_left_out_and_counted():
     gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
     first_prompts = set()
     gen.first = lambda p: tuple(p.prompt_ids) in first_prompts
-    from runners.rollout.collect import cell_prompts
+    from runners.rollout.collectors.branches import cell_prompts
 
     config = RolloutConfig(
         branching=True,
@@ -438,7 +442,7 @@ def test_settled_cells_are_left_out_and_counted():
     config_all = RolloutConfig(**{**config.__dict__, "branch_settled": 0.4})
     assert collect_branches(gen, mazes, config_all) == []
     with pytest.raises(ValueError, match="branch_settled"):
-        RolloutConfig(branching=True, state_prompt=True, history="none", branch_settled=0.9)
+        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_settled=0.9))
 
 
 def test_sampled_worlds_do_not_depend_on_how_a_step_is_sliced():

@@ -17,7 +17,8 @@ from mazegym.evalsets import load_eval_set  # noqa: E402
 from runners.rollout.generation.base import Prompt, SamplingConfig  # noqa: E402
 from runners.rollout.generation.hf import HFGenerator  # noqa: E402
 from runners.rollout.generation.vision_embeds import needs_prompt_embeds, split_adapter  # noqa: E402
-from runners.rollout.collect import RolloutConfig, cell_prompts  # noqa: E402
+from runners.rollout.collect import RolloutConfig  # noqa: E402
+from runners.rollout.collectors.branches import cell_prompts  # noqa: E402
 from runners.models.tiny import build_maze_vlm  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -132,6 +132,75 @@ def test_the_model_scan_finds_each_form(tmp_path):
     assert mentions == ["1: algos.models.maze_vlm", "5: Qwen2ForCausalLM", "5: RecurrentConvEncoder"]
 
 
+COLLECTORS = ROOT / "runners" / "rollout" / "collectors"
+"""The collector registry (``__init__.py``) and the built-in collectors, one module each."""
+
+
+def concrete_collector_names() -> set[str]:
+    """The module names of the built-in collectors and the public names they define (functions, classes)."""
+    names = set()
+    for path in COLLECTORS.glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        names.add(f"runners.rollout.collectors.{path.stem}")
+        tree = ast.parse(path.read_text())
+        names |= {
+            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")
+        }
+    return names
+
+
+def concrete_collector_mentions(path: Path, names: set[str]) -> list[str]:
+    """``line: name`` of each import of a collector module (``runners.rollout.collectors.<name>``) and each name one
+    of them defines (``names``, :func:`concrete_collector_names`) in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names_here = []
+        if isinstance(node, ast.Import):
+            names_here = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names_here = [node.module] + [f"{node.module}.{a.name}" for a in node.names] + [a.name for a in node.names]
+        elif isinstance(node, ast.Name):
+            names_here = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names_here = [node.attr]
+        for name in names_here:
+            if name.startswith("runners.rollout.collectors.") or name in names:
+                found.append(f"{node.lineno}: {name}")
+    return sorted(set(found))
+
+
+def test_only_the_collector_registry_names_a_concrete_collector():
+    names = concrete_collector_names()
+    shared = {"plan", "draws_no_torch_randomness"}  # hook names every collector may define; the registry's own too
+    names -= shared
+    offenders = {
+        str(p.relative_to(ROOT)): concrete_collector_mentions(p, names)
+        for p in sorted((ROOT / "runners").rglob("*.py"))
+        if COLLECTORS not in p.parents
+    }
+    assert {"collect_branches", "collect_plays", "runners.rollout.collectors.branches"} <= names
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_collector_scan_finds_each_form(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from runners.rollout.collectors.branches import cell_prompts\n"
+        "import runners.rollout.collectors.plays\n"
+        "from runners.rollout import collectors\n"
+        "def f(c):\n    return branches.collect_branches(c), collectors.of(c)\n"
+    )
+    mentions = concrete_collector_mentions(source, concrete_collector_names())
+    assert mentions == [
+        "1: cell_prompts",
+        "1: runners.rollout.collectors.branches",
+        "1: runners.rollout.collectors.branches.cell_prompts",
+        "2: runners.rollout.collectors.plays",
+        "5: collect_branches",
+    ]
+
+
 def test_the_model_registry_knows_maze_vlm_by_its_model_type():
     from algos.models import maze_vlm
     from runners import models

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runners.config.schema import AlgoConfig, ConfigError, TrainConfig
+from runners.rollout import collectors
 
 
 # --------------------------------------------------------------------------- field docs
@@ -167,6 +168,19 @@ def set_value(config: Any, dotted: str, value: Any) -> None:
         setattr(config, dotted, getattr(updated, dotted))
         return
     setattr(config, parts[0], _typed_update(getattr(config, parts[0]), ".".join(parts[1:]), value, dotted))
+    if isinstance(config, TrainConfig) and dotted in ("rollout.branching", "rollout.collector"):
+        _match_collector_switch(config.rollout, parts[1])
+
+
+def _match_collector_switch(rollout: Any, changed: str) -> None:
+    """Make ``rollout.branching`` and ``rollout.collector`` agree after one of them was set: ``branching`` is the
+    switch between the built-in collectors (true: ``branches``, false: ``plays``), ``collector`` names any one, so
+    either key chooses and config files and saved runs that set only ``branching`` keep their meaning."""
+    if changed == "collector":
+        if rollout.collector:  # empty: the one rollout.branching selects
+            rollout.branching = rollout.collector == collectors.BRANCHES
+    elif rollout.branching or rollout.collector in (collectors.PLAYS, collectors.BRANCHES):
+        rollout.collector = ""
 
 
 def _set_algo_param(algo: AlgoConfig, name: str, value: Any) -> None:

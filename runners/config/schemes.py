@@ -4,8 +4,9 @@ Every algorithm lists the rollout schemes it trains on (``algos.rollout_schemes(
 from a maze's start, and/or ``branching``, one-move branches from every open cell). A preset picks a scheme for its
 own algorithm; when the user names another algorithm that cannot train on it, :func:`resolve_scheme` moves the run to
 the algorithm's scheme, together with the settings that belong to the scheme, and returns one line saying so. A
-scheme the user chose (``rollout.branching`` in a config file or an override) is never changed: validation then
-names the conflict and the fix.
+run's scheme is its collector's (``runners.rollout.collectors``). A scheme the user chose (``rollout.branching`` or
+``rollout.collector`` in a config file or an override) is never changed: validation then names the conflict and the
+fix.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Collection
 
 from runners.config.overrides import _get, set_value
 from runners.config.schema import TrainConfig
+from runners.rollout import collectors
 
 SCHEME_NAMES = {"episodes": "episode plays", "branching": "branching rollouts"}
 """Each scheme in words."""
@@ -31,8 +33,8 @@ moved to episode plays returns them to the algorithm's own defaults (a critic le
 
 
 def scheme_of(config: TrainConfig) -> str:
-    """The rollout scheme ``config`` collects with (a name of ``algos.ROLLOUT_SCHEMES``)."""
-    return "branching" if config.rollout.branching else "episodes"
+    """The rollout scheme ``config`` collects with (a name of ``algos.ROLLOUT_SCHEMES``): its collector's."""
+    return collectors.of(config.rollout).scheme
 
 
 def _current(config: TrainConfig, key: str) -> Any:
@@ -62,17 +64,21 @@ def resolve_scheme(config: TrainConfig, base: str, explicit: Collection[str]) ->
 
     ``base`` is the scheme the config started with (the preset's, or a saved run's) and ``explicit`` the dotted keys
     the user set (config files and ``key=value`` overrides; :func:`~runners.config.overrides.override_keys`). Unless
-    the user set ``rollout.branching``, an algorithm that cannot train on the current scheme moves to the first
-    scheme it lists. Whenever the scheme differs from ``base`` (moved here or by the user), the settings of the new
-    scheme (:func:`scheme_settings`) are applied, except those the user set: validation reports any that conflict.
+    the user set ``rollout.branching`` or ``rollout.collector``, an algorithm that cannot train on the current scheme
+    moves to the first scheme it lists. Whenever the scheme differs from ``base`` (moved here or by the user), the
+    settings of the new scheme (:func:`scheme_settings`) are applied, except those the user set: validation reports
+    any that conflict.
     """
     import algos
 
     if config.algo.name not in algos.available():
         return None  # validation names the registered algorithms
+    try:
+        scheme, moved = scheme_of(config), False
+    except ValueError:
+        return None  # validation names the registered collectors
     supported = algos.rollout_schemes(config.algo.name)
-    scheme, moved = scheme_of(config), False
-    if scheme not in supported and "rollout.branching" not in explicit:
+    if scheme not in supported and not {"rollout.branching", "rollout.collector"} & set(explicit):
         scheme, moved = supported[0], True
     if scheme == base or scheme not in supported:  # not in supported: the user's choice, which validation refuses
         return None

@@ -11,7 +11,8 @@ from runners import models
 from runners.config.overrides import _get
 from runners.config.schema import ConfigError, TrainConfig
 from runners.config.schemes import SCHEME_NAMES, scheme_of
-from runners.rollout.collect import RolloutConfig, draws_no_torch_randomness
+from runners.rollout import collectors
+from runners.rollout.collect import RolloutConfig
 
 
 CHOICES = {
@@ -138,11 +139,15 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of "
             f"{', '.join(algos.available())}"
         )
+    try:
+        collectors.of(config.rollout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     schemes = algos.rollout_schemes(config.algo.name)
     if scheme_of(config) not in schemes:
         others = [name for name in algos.available() if scheme_of(config) in algos.rollout_schemes(name)]
         raise ConfigError(
-            f"rollout.branching={str(config.rollout.branching).lower()}: algo.name={config.algo.name} trains on "
+            f"{_scheme_choice(config)}: algo.name={config.algo.name} trains on "
             f"{' or '.join(SCHEME_NAMES[s] for s in schemes)} only; set rollout.branching="
             f"{str(schemes[0] == 'branching').lower()} (or leave rollout.branching to the preset: mazegym then "
             f"moves the run to the algorithm's scheme), or use {', '.join(others)}"
@@ -178,18 +183,19 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             raise ConfigError(f"{key} must be >= 0, got {_get(config, key)}")
     if config.model.tiny_hidden % 64:
         raise ConfigError(f"model.tiny_hidden must be a multiple of 64 (head_dim 64), got {config.model.tiny_hidden}")
-    try:  # RolloutConfig validates its own fields
+    try:  # RolloutConfig validates its own fields, the collector its settings
         rollout = RolloutConfig(**dataclasses.asdict(config.rollout))
+        collector = collectors.check(rollout)
     except ValueError as exc:
         raise ConfigError(f"rollout: {exc}") from None
-    if config.rollout.branching:
+    if not collector.sampled:
         algo_config = algos.make_config(config.algo.name, **config.algo.params)
         if algo_config.old_logprobs != "recompute":
             raise ConfigError(
-                "rollout.branching=true: branch turns were scored, not sampled, so they carry no sampling "
+                f"rollout.collector={collector.name}: its turns were scored, not sampled, so they carry no sampling "
                 "log-probs; set algo.old_logprobs=recompute"
             )
-    if config.loop.overlap_generation and not draws_no_torch_randomness(rollout):
+    if config.loop.overlap_generation and not collector.draws_no_torch_randomness(rollout):
         raise ConfigError(
             "loop.overlap_generation=true needs rollout.branching=true (without sampled greedy-continuation worlds): "
             "branch scoring draws no random numbers, while sampled plays seed torch's global generator, which the "
@@ -260,6 +266,13 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         raise ConfigError(
             f"checkpoint.resume={resume!r}: no such checkpoint; use auto, latest, none or an existing checkpoint path"
         )
+
+
+def _scheme_choice(config: TrainConfig) -> str:
+    """The setting that chose the run's collector, as written on the command line."""
+    if config.rollout.collector:
+        return f"rollout.collector={config.rollout.collector}"
+    return f"rollout.branching={str(config.rollout.branching).lower()}"
 
 
 def _served_beside_engine(config: TrainConfig) -> tuple[str, ...]:

@@ -28,7 +28,8 @@ from mazegym.evalsets import MazeStream
 from runners import models
 from runners.config import TrainConfig
 from runners.config.derived import rollout_config, step_seed
-from runners.rollout.collect import RolloutConfig, collect_groups, draws_no_torch_randomness
+from runners.rollout import collectors
+from runners.rollout.collect import RolloutConfig, collect_groups
 from runners.rollout.evaluate import evaluate_set, play_eval_mazes
 from runners.rollout.threads import map_slices
 
@@ -58,7 +59,8 @@ def play_step_mazes(
 
     Group ids and env seeds depend only on (step, index of the maze in the step), so a worker
     playing a slice of the step's mazes produces exactly what one process playing all would; the
-    same holds for the ``loop.rollout_threads`` slices a branching step is split into.
+    same holds for the ``loop.rollout_threads`` slices a step is split into when its collector leaves torch's
+    random generator alone (branch scoring).
     """
     rollout = rollout or rollout_config(config)
 
@@ -71,7 +73,7 @@ def play_step_mazes(
             group_offset=step * config.loop.mazes_per_step + offset + start,
         )
 
-    threads = rollout_threads(config) if draws_no_torch_randomness(rollout) else 1
+    threads = rollout_threads(config) if collectors.draws_no_torch_randomness(rollout) else 1
     return map_slices(play, mazes, threads)
 
 
