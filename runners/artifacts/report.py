@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mazegym.stats import format_interval
+from runners.rollout import collectors
 from runners.train.run_info import RUN_INFO, package_versions
 
 REPORT_NAME = "report.html"
@@ -251,6 +252,15 @@ def _setting(config: dict[str, Any] | None, section: str, key: str, default: Any
     return part.get(key, default) if isinstance(part, dict) else default
 
 
+def _branches(config: dict[str, Any] | None) -> bool:
+    """Whether a config.json's run trained on the branches collector (its training episodes are one-move branches)."""
+    rollout = (config or {}).get("rollout")
+    try:
+        return isinstance(rollout, dict) and collectors.name_of(rollout) == collectors.BRANCHES
+    except ValueError:  # a config mazegym would refuse
+        return False
+
+
 def _log_axis(values: Sequence[float], loss: bool = False) -> bool:
     """A log y-axis for positive values with a spike (the largest over 20x the median); for a loss, also when it
     falls by 10x or more (a loss curve reads as orders of magnitude)."""
@@ -293,7 +303,7 @@ def _success_caption(config: dict[str, Any] | None, has_greedy_start: bool) -> s
     temperature = _setting(config, "eval", "temperature", 0.0)
     how = "greedy play (temperature 0)" if not temperature else f"play at temperature {temperature}"
     evaluation = f"The eval line is {how} of every maze of {eval_set} from its start: the number to read for progress."
-    if _setting(config, "rollout", "branching"):
+    if _branches(config):
         training = (
             "The training line is not a solve rate of whole plays: with rollout.branching=true the training episodes "
             "are one-move branches (all 4 moves at every open cell of fresh training mazes, each followed by the "
@@ -325,7 +335,7 @@ def chart_plan(records: Sequence[dict[str, Any]], config: dict[str, Any] | None 
         "rollout/greedy_start_success": "training mazes, greedy from the start",
         "eval/solve_rate": "eval set (greedy)",
     }
-    branching = bool(_setting(config, "rollout", "branching"))
+    branching = _branches(config)
     if branching:
         rate_names["rollout/success_rate"] = "training branches"
     if _setting(config, "eval", "temperature", 0.0):
