@@ -362,11 +362,17 @@ def draws_no_torch_randomness(config: RolloutConfig) -> bool:
 
 def plan(config: Any) -> str:
     """What one step collects, for ``--dry-run``."""
+    r = config.rollout
     cells = config.loop.mazes_per_step * ((config.maze.size - 1) ** 2 // 2 - 2)
+    walks = {
+        "greedy": "the policy's greedy walk"
+        + (f" and {r.branch_worlds} sampled policies' walks" if r.branch_worlds else ""),
+        "sampled": f"the policy's greedy walk and {r.branch_samples} sampled walks",
+        "expected": "the expected worth of the policy's sampled walks",
+    }.get(r.branch_continuation, r.branch_continuation)
     return (
         f"{config.loop.mazes_per_step} mazes, every open cell of each a group of 4 one-move branches "
-        f"(~{cells} cells in {config.maze.size}x{config.maze.size} perfect mazes), "
-        f"each move valued by the policy's greedy walk and {config.rollout.branch_samples} sampled walks after it"
+        f"(~{cells} cells in {config.maze.size}x{config.maze.size} perfect mazes), each move valued by {walks} after it"
     )
 
 
