@@ -32,14 +32,14 @@ REWARDS = ("best", "value")
 
 @dataclasses.dataclass(frozen=True)
 class BranchSettings:
-    """The branches collector's settings: ``rollout.branch_<field>`` (documented there)."""
+    """The branches collector's settings, read from ``rollout.branch_<field>`` (their defaults and help are there)."""
 
-    gamma: float = 0.9
-    worlds: int = 0
-    continuation: str = "greedy"
-    samples: int = 32
-    settled: float = 1.0
-    reward: str = "best"
+    gamma: float
+    worlds: int
+    continuation: str
+    samples: int
+    settled: float
+    reward: str
 
     def __post_init__(self) -> None:
         if self.reward not in REWARDS:
