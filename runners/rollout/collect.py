@@ -102,7 +102,7 @@ class RolloutConfig:
     of the 4 canonical replies (exact when the prompt is a function of the cell, state_prompt=true; else the first
     move's prompt stands for every move). "expected": the exact expectation with a fresh move sampled at every step
     -- a diagnostic, not RL: in a perfect maze its best move is the shortest-path move wherever the policy has any
-    chance, whatever the policy (see :func:`continuation_values`).
+    chance, whatever the policy (see runners.rollout.collectors.branches.continuation_values).
     """
     branch_samples: int = 32
     """Branching with branch_continuation "sampled": continuation policies drawn per step, besides the greedy one."""
