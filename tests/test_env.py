@@ -89,9 +89,10 @@ def test_same_seed_same_rollout(env_id):
     actions = np.random.default_rng(0).integers(0, 4, 60).tolist()
     a = _rollout(gym.make(env_id), 123, actions)
     b = _rollout(gym.make(env_id), 123, actions)
-    c = _rollout(gym.make(env_id), 124, actions)
     assert _same(a, b)
-    assert a[0][1] != c[0][1]  # a different seed gives a different maze
+    # other seeds give other mazes (5x5 has only 16, so two seeds may share one: look at a few)
+    others = {_rollout(gym.make(env_id), seed, actions[:1])[0][1] for seed in range(124, 130)}
+    assert others - {a[0][1]}
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)

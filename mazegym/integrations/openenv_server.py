@@ -311,6 +311,10 @@ class RemoteVisMazeEnv(gym.Env):
             raise ConnectionError(
                 f"the server closed this session ({exc}); it may be at capacity: see GET {self.base_url}/capacity"
             ) from None
+        except RuntimeError as exc:  # or the refusal message arrives before the close, as OpenEnv's error reply
+            if "CAPACITY_REACHED" not in str(exc):
+                raise
+            raise ConnectionError(f"the server is at capacity ({exc}): see GET {self.base_url}/capacity") from None
         obs, _, _, _, info = self._unpack(result)
         return obs, info
 
