@@ -96,9 +96,14 @@ def check_writable(path: str | Path) -> None:
 
 
 def fsync_tree(directory: Path) -> None:
-    """fsync every file and directory under ``directory`` (and itself)."""
+    """fsync every file under ``directory`` (an error such as a full disk is raised) and every directory (best
+    effort, as :func:`fsync_path`)."""
     for path in directory.rglob("*"):
-        fsync_path(path)
+        if path.is_file() and not path.is_symlink():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+        else:
+            fsync_path(path)
     fsync_path(directory)
 
 

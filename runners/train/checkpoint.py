@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
 import re
 import shutil
-import tempfile
 import random
 import uuid
 from pathlib import Path, PurePosixPath
@@ -47,7 +45,7 @@ import torch
 
 import algos
 from mazegym.evalsets import MazeStream
-from runners.atomic import fsync_path, replace_dir
+from runners.atomic import fsync_path, replace_dir, temp_dir_beside, write_text
 from runners.config import TrainConfig, to_dict
 from runners.train.sft import recorded_fingerprint
 
@@ -239,7 +237,7 @@ class CheckpointManager:
         final = self.root / step_dir_name(step)
         if final.exists() and run_id_of(final) not in (None, self.run_id):
             raise FileExistsError(f"{final} belongs to another run ({run_id_of(final)}); not overwriting it")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=self.root))
+        tmp = temp_dir_beside(final)
         try:
             write(tmp)
             write_manifest(tmp, step, self.run_id, self._marked_checkpoint())
@@ -281,13 +279,7 @@ class CheckpointManager:
         )
 
     def _write_latest(self, name: str) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".latest.", dir=self.root)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{name}\n{self.run_id or ''}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.root / LATEST)
-        fsync_path(self.root)
+        write_text(self.root / LATEST, f"{name}\n{self.run_id or ''}\n")
 
     def prune(self) -> None:
         """Delete this run's checkpoints but the newest ``keep`` (and stale temp dirs); other runs' stay."""

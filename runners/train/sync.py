@@ -24,12 +24,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from runners.train.checkpoint import MANIFEST, fsync_path, read_manifest, verify, write_manifest
+from runners.train.checkpoint import MANIFEST, read_manifest, verify, write_manifest
+from runners.atomic import fsync_tree, temp_dir_beside, write_text
 
 LATEST_FILE = "LATEST"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -43,14 +43,6 @@ class AdapterSyncError(RuntimeError):
 def version_dir_name(version: int) -> str:
     """``v000042`` for version 42."""
     return f"v{int(version):06d}"
-
-
-def _fsync_tree(path: Path) -> None:
-    for f in path.iterdir():
-        if f.is_file():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-    fsync_path(path)
 
 
 def write_adapter(source: Any, directory: Path) -> None:
@@ -108,11 +100,11 @@ class AdapterSync:
             self.sync_dir.mkdir(parents=True, exist_ok=True)
             if final.exists():  # left over from a crash after the rename but before LATEST
                 shutil.rmtree(final)
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{version_dir_name(version)}-", dir=self.sync_dir))
+            tmp = temp_dir_beside(final)
             try:
                 write_adapter(source, tmp)
                 write_manifest(tmp, version)
-                _fsync_tree(tmp)
+                fsync_tree(tmp)
                 os.replace(tmp, final)
             finally:
                 if tmp.exists():
@@ -193,17 +185,7 @@ class AdapterSync:
         return latest[0]
 
     def _write_latest(self, version: int) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".LATEST-", dir=self.sync_dir)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f"{version}\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.sync_dir / LATEST_FILE)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        fsync_path(self.sync_dir)
+        write_text(self.sync_dir / LATEST_FILE, f"{version}\n")
 
     def _prune(self) -> None:
         for version in self.versions()[: -self.keep]:

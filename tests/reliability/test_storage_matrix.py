@@ -264,7 +264,7 @@ def test_full_disk_during_publish_keeps_the_previous_version(tmp_path, policy, g
     else:
         _fsync_full_disk(
             monkeypatch,
-            {"weights fsync": "adapter_model", "manifest fsync": "manifest", "LATEST fsync": ".LATEST-"}[stage],
+            {"weights fsync": "adapter_model", "manifest fsync": "manifest", "LATEST fsync": ".LATEST."}[stage],
         )
     with pytest.raises(
         AdapterSyncError, match=rf"version {new} .*No space left on device.*version {good} stays published"
