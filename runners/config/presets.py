@@ -6,11 +6,11 @@
   greedily on the fixed 64-maze set ``heldout-7x7``. Measured results (and why this small
   transformer cannot reach the case study's 95%) are in the README.
 * ``cpu-maze-vlm`` (the default): the case study's shape in miniature, on VisMaze-v0's own images and its fixed
-  64 mazes: MazeVLM (:mod:`algos.models.maze_vlm`: recurrent conv vision encoder -> projector ->
-  one-layer Qwen2 decoder, reading one vision token pooled at the agent's cell, ``model.vision_tokens=agent``)
-  built from scratch and trained as VLMs are: the vision encoder is
-  pretrained alone on BFS demonstrations (220 steps x 128 moves), then frozen while the projector
-  and decoder learn to write the reply (100 steps x 128 moves, with the agent localisation loss).
+  64 mazes: MazeVLM (:mod:`algos.models.maze_vlm`: recurrent conv vision encoder with a gated, bounded state
+  (``model.vision_state=gated``) -> projector -> one-layer Qwen2 decoder, reading one vision token pooled at the
+  agent's cell, ``model.vision_tokens=agent``) built from scratch and trained as VLMs are: the vision encoder is
+  pretrained alone on BFS demonstrations (100 steps x 128 moves), then frozen while the projector
+  and decoder learn to write the reply (40 steps x 128 moves, with the agent localisation loss).
   Then LoRA GRPO on the decoder with the vision encoder trained in full inside the adapter
   (``lora.modules_to_save=vision_tower``), on branching rollouts: every open cell of 64 fresh
   mazes per step is an anchor, each of its 4 moves is worth what the policy earns after it in
@@ -18,7 +18,7 @@
   positive-only reinforcement (``algo.negative_weight=0``; the turns left with a zero advantage
   are skipped, ``algo.skip_zero_advantage=true``, and so are cells whose best move the policy
   already writes with probability >= 0.9, ``rollout.branch_settled=0.9``), 3 passes over each step's
-  turns (``algo.epochs=3``), lr 1e-3 decaying linearly to 1e-4 over the 120 RL steps. The step budget
+  turns (``algo.epochs=3``), lr 1e-3 decaying linearly to 1e-4 over the 60 RL steps. The step budget
   decides the result; the 40-minute cap (``loop.max_minutes``) is only a safety net. Both cores work:
   each step's rollouts are collected while the previous step's update runs
   (``loop.overlap_generation``), the update runs on two threads (``loop.update_threads=2``), and branch
@@ -109,6 +109,7 @@ def cpu_maze_vlm() -> TrainConfig:
             "model.vision_width=32",
             "model.vision_iterations=20",
             "model.vision_patch_px=5",
+            "model.vision_state=gated",
             "model.vision_tokens=agent",
             "maze.size=9",
             "maze.eval_set=VisMaze-v0",
@@ -121,10 +122,10 @@ def cpu_maze_vlm() -> TrainConfig:
             "rollout.temperature=1.0",
             "rollout.max_new_tokens=6",
             "sft.mode=full",
-            "sft.vision_steps=220",
+            "sft.vision_steps=100",
             "sft.vision_lr=2e-3",
             "sft.freeze_vision=true",
-            "sft.steps=100",
+            "sft.steps=40",
             "sft.batch_size=128",
             "sft.lr=2e-3",
             "sft.random_starts=1.0",
@@ -147,9 +148,9 @@ def cpu_maze_vlm() -> TrainConfig:
             "algo.filter_zero_variance=true",
             "algo.episode_mean=true",
             "algo.epochs=3",
-            "algo.decay_updates=120",
+            "algo.decay_updates=60",
             "algo.final_lr_ratio=0.1",
-            "loop.steps=120",
+            "loop.steps=60",
             "loop.mazes_per_step=64",
             "loop.num_threads=1",
             "loop.max_minutes=40",
