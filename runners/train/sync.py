@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runners.train.checkpoint import MANIFEST, read_manifest, verify, write_manifest
 from runners.atomic import fsync_tree, temp_dir_beside, write_text
+from runners.train.checkpoint import MANIFEST, read_manifest, verify, write_manifest
 
 LATEST_FILE = "LATEST"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
