@@ -403,14 +403,14 @@ def test_settled_cells_are_left_out_and_counted():
 
     class DistributionGenerator(ScriptedGenerator):
         def score_replies(self, prompts, replies, temperature=1.0):
-            # 0.9 on the shortest-path move on the first maze's cells, 0.5 on the second's.
+            # The shortest-path move holds 0.9 of 0.96 on the first maze's cells, 0.5 of 0.95 on the second's.
             return [
                 [
                     float(
                         np.log(
                             (0.9 if self.first(p) else 0.5)
                             if k == names.index(oracle(0, 0, p)[0].split("<action>")[1].split("<")[0])
-                            else 0.02
+                            else (0.02 if self.first(p) else 0.15)
                         )
                     )
                     for k in range(4)
@@ -443,6 +443,20 @@ def test_settled_cells_are_left_out_and_counted():
     assert collect_branches(gen, mazes, config_all) == []
     with pytest.raises(ValueError, match="branch_settled"):
         branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_settled=0.9))
+
+
+def test_settled_is_the_best_moves_share_of_the_four_and_beats_malformed_replies():
+    from runners.rollout.collectors.branches import is_settled
+
+    best_first = [True, False, False, False]
+    # 0.81 of 0.87 on the four moves is a 93% share: settled at 0.9, although its raw probability is below 0.9.
+    assert is_settled(np.array([0.81, 0.02, 0.02, 0.02]), best_first, 0.9)
+    assert not is_settled(np.array([0.60, 0.20, 0.10, 0.05]), best_first, 0.9)  # a 63% share
+    # Two equally good moves count together (0.45 + 0.45 of 0.95).
+    assert is_settled(np.array([0.45, 0.45, 0.03, 0.02]), [True, True, False, False], 0.9)
+    # All of the four moves' mass on the best, but malformed replies hold more (0.7 > 0.3): greedy would not write it.
+    assert not is_settled(np.array([0.3, 0.0, 0.0, 0.0]), best_first, 0.9)
+    assert not is_settled(np.zeros(4), best_first, 0.9)
 
 
 def test_sampled_worlds_do_not_depend_on_how_a_step_is_sliced():

@@ -16,8 +16,8 @@
   mazes per step is an anchor, each of its 4 moves is worth what the policy earns after it in
   the greedy walk and 32 walks drawn from its own move distribution (one group per cell), with
   positive-only reinforcement (``algo.negative_weight=0``; the turns left with a zero advantage
-  are skipped, ``algo.skip_zero_advantage=true``, and so are cells whose best move the policy
-  already writes with probability >= 0.9, ``rollout.branch_settled=0.9``), 3 passes over each step's
+  are skipped, ``algo.skip_zero_advantage=true``; every cell is trained, ``rollout.branch_settled``
+  stays 1.0 because skipping settled cells learnt more slowly per step), 3 passes over each step's
   turns (``algo.epochs=3``), lr 1e-3 decaying linearly to 1e-4 over the 60 RL steps. The step budget
   decides the result; the 40-minute cap (``loop.max_minutes``) is only a safety net. Both cores work:
   each step's rollouts are collected while the previous step's update runs
@@ -136,7 +136,6 @@ def cpu_maze_vlm() -> TrainConfig:
             "rollout.branch_reward=best",
             "rollout.branch_continuation=sampled",
             "rollout.branch_samples=32",
-            "rollout.branch_settled=0.9",
             "algo.name=grpo",
             "algo.lr=1e-3",
             "algo.minibatch_size=128",

@@ -107,10 +107,10 @@ class RolloutConfig:
     branch_samples: int = 32
     """Branching with branch_continuation "sampled": continuation policies drawn per step, besides the greedy one."""
     branch_settled: float = 1.0
-    """Branching with branch_continuation "sampled" or "expected": a cell where the policy already writes its best
-    moves with at least this probability is left out of the update (a positive advantage on a reply of probability p
-    moves its logit by about 1 - p, so such rows cost a full forward and backward pass for little signal); they come
-    back as soon as their probability falls. 1.0 keeps every cell.
+    """Branching with branch_continuation "sampled" or "expected": a cell whose best moves hold at least this share
+    of the probability the policy puts on the four moves (and more than its malformed replies hold) is left out of the
+    update (a positive advantage on a reply of probability p moves its logit by about 1 - p, so such rows cost a full
+    forward and backward pass for little signal); it comes back as soon as its share falls. 1.0 keeps every cell.
     """
     branch_reward: str = "best"
     """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal,

@@ -317,7 +317,7 @@ def collect_branches(
                 values.append(float(np.mean([0.0 if n is None else settings.gamma ** (n - 1) for n in ns])))
             moves.append(ns[0])  # the greedy continuation's
         best = max(values)
-        if worths and best > 0 and sum(probs[j][k] for k in range(4) if values[k] == best) >= settings.settled:
+        if worths and best > 0 and settings.settled < 1.0 and is_settled(probs[j], [values[k] == best for k in range(4)], settings.settled):
             settled += 1
             continue
         for k in range(4):
@@ -351,6 +351,18 @@ def collect_branches(
     for e in episodes:
         e.info["branch_settled_frac"] = settled / max(1, len(anchors))
     return episodes
+
+
+def is_settled(move_probs: np.ndarray, is_best: list[bool], threshold: float) -> bool:
+    """Whether a cell needs no more push: its best moves hold at least ``threshold`` of the probability the policy puts
+    on the four moves, and that share is more than the rest of its replies hold (so its greedy reply is a best move).
+
+    The share is taken among the four moves, not of all replies, because a small decoder sampled at T=1 keeps ~10% of
+    its mass on malformed replies at every cell; measured on the raw probability, no cell ever counted as settled.
+    """
+    total = float(move_probs.sum())
+    best = float(sum(p for p, b in zip(move_probs, is_best) if b))
+    return total > 0.0 and best >= threshold * total and best >= 1.0 - total
 
 
 def draws_no_torch_randomness(config: RolloutConfig) -> bool:
