@@ -317,7 +317,8 @@ def collect_branches(
                 values.append(float(np.mean([0.0 if n is None else settings.gamma ** (n - 1) for n in ns])))
             moves.append(ns[0])  # the greedy continuation's
         best = max(values)
-        if worths and best > 0 and settings.settled < 1.0 and is_settled(probs[j], [values[k] == best for k in range(4)], settings.settled):
+        is_best = [values[k] == best for k in range(4)]
+        if worths and best > 0 and settings.settled < 1.0 and is_settled(probs[j], is_best, settings.settled):
             settled += 1
             continue
         for k in range(4):
