@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from mazegym.evalsets import EVAL_SETS
     from runners.atomic import write_json, write_text
-    from runners.build import build_generator
-    from runners.cli import eval_config, evaluated_model
+    from runners.build import build_generator, resolve_weights
+    from runners.cli import eval_config
     from runners.train.steps import eval_episodes, set_threads, vision_iterations_for
 
     unknown = [s for s in args.sets if s not in EVAL_SETS]
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     config = eval_config(cli_args)
     set_threads(config)
-    model_dir, adapter, label = evaluated_model(cli_args, config)
+    weights = resolve_weights(config, checkpoint=args.checkpoint)
+    model_dir, adapter, label = weights.model_dir, weights.adapter, weights.label
     generator = build_generator(config, model_dir, adapter)
     record: dict = {
         "run": args.run_dir.name,

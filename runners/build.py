@@ -3,7 +3,8 @@
 Every entry point builds through these functions -- the local runner, each Ray worker, ``mazegym
 sft`` / ``eval`` / ``export`` and the benchmarks -- so they cannot drift apart: the base model
 (:func:`prepare_base_model`), the model RL starts from (:func:`rl_start`, running SFT first when
-needed; :func:`trained_model` without running it), the sampler (:func:`build_generator`), the
+needed; :func:`trained_model` without running it), the weights a finished run is evaluated, served and
+exported with (:func:`resolve_weights`), the sampler (:func:`build_generator`), the
 trainable policy and the algorithm (:func:`build_training`), the maze streams
 (:func:`build_stream`, :func:`build_sft_stream`) and the run directory's bookkeeping
 (:func:`open_run`).
@@ -271,6 +272,80 @@ def trained_model(config: TrainConfig, build_base: bool = True) -> tuple[Path, P
     found = sftmod.find_sft_checkpoint(config) if config.sft.enabled != "never" else None
     model, adapter = start_from(found, base)
     return model, adapter, found
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """The weights ``mazegym eval`` evaluates, ``serve`` serves and ``export`` ships: a model and its adapter."""
+
+    model_dir: Path
+    adapter: Path | None
+    source: str
+    """Where they come from: "checkpoint", "final adapter", "SFT result", "base model" or "given" (paths passed in)."""
+    label: str
+    """What they are, in words, for the command's output."""
+    checkpoint: Path | None = None
+    """The RL checkpoint the adapter is read from, when it is one."""
+
+    @property
+    def trained_by_rl(self) -> bool:
+        """Whether the adapter is the run's RL result (a checkpoint's or the final one)."""
+        return self.source in ("checkpoint", "final adapter")
+
+
+def resolve_weights(
+    config: TrainConfig,
+    checkpoint: str | None = None,
+    adapter: str | Path | None = None,
+    model: str | Path | None = None,
+    check_lora: bool = True,
+) -> Weights:
+    """The weights of a run to evaluate, serve or export: ``checkpoint`` (``latest`` or a path), ``adapter`` or
+    ``model`` when given, else the run's latest valid checkpoint, else its final adapter, else its SFT result, else
+    its base model. Never builds or trains anything. A checkpoint named but not valid raises ``ValueError``; a
+    checkpoint trained on another SFT result than the run holds raises ``ConfigError``; with ``check_lora`` the run's
+    own adapter is held to the run's LoRA settings (export, which copies only a checkpoint's verified files, does
+    not ask)."""
+    from runners.rollout.generation.adapters import check_adapter
+
+    run_dir = Path(config.run_dir)
+    adapter_dir = Path(adapter) if adapter else None
+    found: Path | None = None
+    source, label = ("given", f"adapter {adapter_dir}") if adapter_dir else ("given", "")
+    if checkpoint or (adapter_dir is None and not model):
+        manager = CheckpointManager(run_dir / "checkpoints")
+        found = manager.resolve(checkpoint or "latest")
+        if found is not None:
+            if not model:
+                refuse_other_sft(config, found)
+            adapter_dir, source, label = found / "adapter", "checkpoint", f"checkpoint {found}"
+        elif checkpoint:
+            raise ValueError(f"no valid checkpoint in {manager.root}; train first or pass --adapter/--model")
+        elif (run_dir / "final_adapter" / "adapter_model.safetensors").is_file():
+            adapter_dir, source = run_dir / "final_adapter", "final adapter"
+            label = f"final adapter {adapter_dir} (no valid checkpoint)"
+    model_dir = Path(model) if model else None
+    if model_dir is None:
+        # The run's own base model is read as it is, never built or rebuilt (an override such as rollout.max_moves
+        # would otherwise rebuild it in place under the run's adapters, beside a training run writing there).
+        model_dir, sft_adapter, sft = trained_model(config, build_base=False)
+        if not (model_dir / "config.json").is_file():
+            raise FileNotFoundError(
+                f"the run's model {model_dir} is missing (no config.json); evaluating, serving or exporting never "
+                "builds a run's model: rerun `mazegym train` there to build it, or pass --model DIR"
+            )
+        if adapter_dir is None:
+            adapter_dir = sft_adapter
+            source, label = (
+                ("SFT result", f"SFT result {sft} (the run has no RL checkpoint)")
+                if sft is not None
+                else ("base model", f"base model {model_dir} (no RL checkpoint, no SFT)")
+            )
+    if not (model_dir / "config.json").is_file():
+        raise ValueError(f"--model {model_dir} is not a model directory (no config.json)")
+    if check_lora and adapter_dir is not None and not (adapter or model):
+        check_adapter(model_dir, adapter_dir, lora=config.lora)
+    return Weights(model_dir, adapter_dir, source, label or f"model {model_dir}", found)
 
 
 RECIPE_SECTIONS = ("model", "lora", "rollout", "algo", "sft")

@@ -261,61 +261,12 @@ def eval_config(args: argparse.Namespace):
     return config
 
 
-def evaluated_model(args: argparse.Namespace, config) -> tuple[Path, Path | None, str]:
-    """(model dir, adapter or None, what it is in words) that ``mazegym eval`` evaluates and ``mazegym serve``
-    serves: --checkpoint, --adapter or --model when given, else the run's latest checkpoint, else its final
-    adapter, else its SFT result, else its base model. A run's own adapter is held to the run's LoRA settings."""
-    from runners.rollout.generation.adapters import check_adapter
-    from runners.train.checkpoint import CheckpointManager
-    from runners.build import refuse_other_sft, trained_model
-
-    run_dir = Path(config.run_dir)
-    adapter = Path(args.adapter) if args.adapter else None
-    what = f"adapter {adapter}" if adapter else None
-    manager = CheckpointManager(run_dir / "checkpoints")
-    if args.checkpoint or (adapter is None and not args.model):
-        ckpt = manager.resolve(args.checkpoint or "latest")
-        if ckpt is not None:
-            if not args.model:
-                refuse_other_sft(config, ckpt)
-            adapter, what = ckpt / "adapter", f"checkpoint {ckpt}"
-        elif args.checkpoint:
-            raise ValueError(f"no valid checkpoint in {manager.root}; train first or pass --adapter/--model")
-        elif (run_dir / "final_adapter" / "adapter_model.safetensors").is_file():
-            adapter, what = (
-                run_dir / "final_adapter",
-                f"final adapter {run_dir / 'final_adapter'} (no valid checkpoint)",
-            )
-    model_dir = Path(args.model) if args.model else None
-    if model_dir is None:
-        # The run's own base model is read as it is, never built or rebuilt (an override such as rollout.max_moves
-        # would otherwise rebuild it in place under the run's adapters, beside a training run writing there).
-        model_dir, sft_adapter, sft = trained_model(config, build_base=False)
-        if not (model_dir / "config.json").is_file():
-            raise FileNotFoundError(
-                f"the run's model {model_dir} is missing (no config.json); mazegym {args.command} never builds a "
-                "run's model: rerun `mazegym train` there to build it, or pass --model DIR"
-            )
-        adapter = adapter if adapter is not None else sft_adapter
-        if what is None:
-            what = (
-                f"SFT result {sft} (the run has no RL checkpoint)"
-                if sft is not None
-                else f"base model {model_dir} (no RL checkpoint, no SFT)"
-            )
-    if not (model_dir / "config.json").is_file():
-        raise ValueError(f"--model {model_dir} is not a model directory (no config.json)")
-    if adapter is not None and not (args.adapter or args.model):  # the run's own adapter: held to the run's LoRA
-        check_adapter(model_dir, adapter, lora=config.lora)
-    return model_dir, adapter, what or f"model {model_dir}"
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
     from runners import atomic
     from runners.config import validate
     from runners.rollout.evaluate import format_table, write_json
-    from runners.build import build_generator
+    from runners.build import build_generator, resolve_weights
     from runners.train.steps import eval_step, set_threads
 
     config = eval_config(args)
@@ -325,16 +276,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
         config.eval.temperature = args.temperature
     run_dir = Path(config.run_dir)
     out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
-    model_dir, adapter, label = evaluated_model(args, config)
+    weights = resolve_weights(config, args.checkpoint, args.adapter, args.model)
     atomic.check_writable(out)
-    generator = build_generator(config, model_dir, adapter)
+    generator = build_generator(config, weights.model_dir, weights.adapter)
     sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
     results = {name: eval_step(generator, config, name) for name in sets}
     write_json(
         out,
-        {"evaluated": label, "model": str(model_dir), "adapter": str(adapter) if adapter else None, "results": results},
+        {
+            "evaluated": weights.label,
+            "model": str(weights.model_dir),
+            "adapter": str(weights.adapter) if weights.adapter else None,
+            "results": results,
+        },
     )
-    print(f"Evaluated {label} on model {model_dir}")
+    print(f"Evaluated {weights.label} on model {weights.model_dir}")
     print(format_table(results))
     print(f"JSON: {out}")
     return 0
@@ -343,6 +299,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the policy ``mazegym eval`` would evaluate over HTTP (OpenAI-style chat completions) until Ctrl-C."""
     from runners.artifacts.serve import CHAT_PATH, MODEL_NAME, bind, load_policy, serve, url_of
+    from runners.build import resolve_weights
     from runners.config import validate
     from runners.train.steps import set_threads
 
@@ -357,7 +314,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = eval_config(args)
     validate(config)
     set_threads(config)
-    model_dir, adapter, label = evaluated_model(args, config)
+    weights = resolve_weights(config, args.checkpoint, args.adapter, args.model)
+    model_dir, adapter, label = weights.model_dir, weights.adapter, weights.label
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:

@@ -105,7 +105,7 @@ def _in_process(run: Path, set_name: str, stop: int):
     `mazegym eval` plays, with its vision-iteration scaling)."""
     import argparse
 
-    from runners.build import build_generator
+    from runners.build import build_generator, resolve_weights
     from runners.config.derived import rollout_config
     from runners.rollout.evaluate import play_eval_mazes
     from runners.train.steps import vision_iterations_for
@@ -115,8 +115,8 @@ def _in_process(run: Path, set_name: str, stop: int):
     )
     args.command = "eval"
     config = cli.eval_config(args)
-    model_dir, adapter, _ = cli.evaluated_model(args, config)
-    generator = build_generator(config, model_dir, adapter)
+    weights = resolve_weights(config)
+    generator = build_generator(config, weights.model_dir, weights.adapter)
     with vision_iterations_for(generator, config, set_name):
         return play_eval_mazes(generator, set_name, rollout_config(config), stop=stop)
 

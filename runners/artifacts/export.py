@@ -18,9 +18,9 @@ import shutil
 from pathlib import Path
 
 from runners import atomic
-from runners.train.checkpoint import CheckpointManager, read_manifest
+from runners.train.checkpoint import read_manifest
 from runners.train.run_lock import run_dir_lock
-from runners.build import refuse_other_sft, trained_model
+from runners.build import resolve_weights
 from runners.config import TrainConfig
 from runners.config.derived import rollout_config
 from runners.artifacts.serve import serving_markdown
@@ -43,17 +43,13 @@ def export(
     with run_dir_lock(
         run_dir, create=False
     ):  # one writer per run dir (a training run there is refused, and refuses this)
-        ckpt = CheckpointManager(run_dir / "checkpoints").resolve(checkpoint)
-        adapter_src = ckpt / "adapter" if ckpt is not None else run_dir / "final_adapter"
-        if not (adapter_src / "adapter_model.safetensors").is_file():
+        # "latest" falls back to the final adapter when no checkpoint is valid; a named checkpoint must be valid.
+        weights = resolve_weights(config, checkpoint=None if checkpoint == "latest" else checkpoint, check_lora=False)
+        if not weights.trained_by_rl:
             raise FileNotFoundError(
                 f"no trained adapter in {run_dir} (no valid checkpoint, no final_adapter); run `mazegym train` first"
             )
-        if ckpt is not None:
-            refuse_other_sft(config, ckpt)
-        model = trained_model(config, build_base=False)[0]
-        if not (model / "config.json").is_file():
-            raise FileNotFoundError(f"the adapter's base model {model} is missing (config.json not found)")
+        ckpt, adapter_src, model = weights.checkpoint, weights.adapter, weights.model_dir
         final = Path(out_dir) if out_dir else run_dir / "export"
         if final.exists() and not force and not _is_export(final):
             raise FileExistsError(

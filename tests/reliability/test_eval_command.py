@@ -146,3 +146,36 @@ def test_eval_never_builds_a_missing_base_model_into_the_run(tmp_path, calls, mo
     assert main(["eval", "--run-dir", str(run)]) == 2
     assert "never builds a run's model" in capsys.readouterr().err
     assert not built and sorted(p.name for p in run.iterdir()) == ["config.json"] and "config" not in calls
+
+
+def test_eval_serve_and_export_ask_one_question_which_weights(tmp_path, calls):
+    """resolve_weights: the latest valid checkpoint, else the final adapter, else the SFT result or base model."""
+    import shutil
+
+    from runners.artifacts.export import export
+
+    run = _run(tmp_path)
+    config = cfgmod.apply_overrides(get_preset("cpu-tiny"), [f"run_dir={run}", f"model.path={tmp_path / 'model'}"])
+    config.sft.enabled = "never"
+    weights = build.resolve_weights(config)
+    assert (weights.source, weights.checkpoint) == ("checkpoint", run / "checkpoints" / "step_000002")
+    assert weights.adapter == weights.checkpoint / "adapter" and weights.trained_by_rl
+    first = build.resolve_weights(config, checkpoint=str(run / "checkpoints" / "step_000001"))
+    assert first.adapter == run / "checkpoints" / "step_000001" / "adapter"
+
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(ValueError, match="no valid checkpoint"):  # a checkpoint asked for by name must exist
+        build.resolve_weights(config, checkpoint="latest")
+    (run / "final_adapter").mkdir()
+    (run / "final_adapter" / "adapter_model.safetensors").write_bytes(b"")
+    weights = build.resolve_weights(config)
+    assert (weights.source, weights.adapter, weights.checkpoint) == ("final adapter", run / "final_adapter", None)
+
+    shutil.rmtree(run / "final_adapter")
+    weights = build.resolve_weights(config)
+    assert (weights.source, weights.adapter, weights.model_dir) == ("base model", None, tmp_path / "model")
+    assert not weights.trained_by_rl and "no RL checkpoint" in weights.label
+    given = build.resolve_weights(config, adapter=tmp_path / "elsewhere")
+    assert (given.source, given.adapter) == ("given", tmp_path / "elsewhere")
+    with pytest.raises(FileNotFoundError, match="no trained adapter"):  # export ships RL results only
+        export(config)
