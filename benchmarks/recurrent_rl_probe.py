@@ -251,9 +251,9 @@ def main() -> None:
         mazes = [next(stream) for _ in range(a.mazes)]
         specs = [m for m in mazes for _ in range(a.group)]
         if a.random_starts:
-            from runners.train.sft import _random_start
+            from runners.train.demos import random_start_maze
 
-            specs = [_random_start(s, start_rng) for s in specs]
+            specs = [random_start_maze(s, start_rng) for s in specs]
         done, trajs = play(specs, False, generator)
         success = np.array(done, float).reshape(a.mazes, a.group)
         episode_adv = (success - success.mean(1, keepdims=True)) / (success.std(1, keepdims=True) + 1e-6)

@@ -23,6 +23,7 @@ import torch
 import algos
 from mazegym.evalsets import MazeStream
 from runners import atomic, models
+from runners.models import task_tokens
 from runners.train.calibration import calibrate
 from runners.train.run_info import record_invocation
 from runners.train.run_lock import run_dir_lock
@@ -98,9 +99,9 @@ def _build_tiny_model(config: TrainConfig, out: Path) -> None:
     then add its task tokens."""
     models.get(config.model.tiny).build(config, out)
     if config.model.task_tokens:
-        sftmod.add_task_tokens(
+        task_tokens.add_task_tokens(
             out,
-            sftmod.task_phrases(
+            task_tokens.task_phrases(
                 config.maze.size,
                 config.rollout.max_moves,
                 config.rollout.obs_mode,

@@ -84,7 +84,7 @@ def test_sft_demo_turns_match_rollout_prompts(tiny_generator):
     from mazegym.envs.vismaze import VisMazeEnv
     from mazegym.llm import build_messages, parse_action, system_prompt, user_message
     from mazegym.solver import oracle_actions
-    from runners.train.sft import demo_turns
+    from runners.train.demos import demo_turns
 
     cfg, gen = tiny_generator
     maze = load_eval_set("heldout-7x7")[3]
@@ -134,7 +134,7 @@ def test_sft_random_starts_cover_off_path_cells_and_never_an_eval_maze(tiny_gene
     """Demonstrations from random open cells: every turn is the BFS move there, the start varies, no eval maze."""
     from mazegym.evalsets import MazeStream, is_eval_maze
     from mazegym.solver import bfs_distances, MOVES
-    from runners.train.sft import _random_start, demo_turns
+    from runners.train.demos import demo_turns, random_start_maze
 
     cfg, gen = tiny_generator
     stream = MazeStream(size=7, seed=5)
@@ -142,7 +142,7 @@ def test_sft_random_starts_cover_off_path_cells_and_never_an_eval_maze(tiny_gene
     starts = set()
     for _ in range(12):
         maze = next(stream)
-        moved = _random_start(maze, rng)
+        moved = random_start_maze(maze, rng)
         assert moved.goal == maze.goal and not moved.grid[moved.start] and not is_eval_maze(moved.maze_id)
         starts.add(moved.start)
         turns = demo_turns(

@@ -1,12 +1,6 @@
-"""Supervised fine-tuning on BFS-oracle demonstrations, in exactly the RL stage's conversation format.
-
-A demonstration is one play of a training maze by :func:`mazegym.solver.oracle_actions` (the
-shortest path, optionally with ``detours`` exploratory back-and-forth pairs, as VisGym's
-solver pads its routes). Every move becomes one training row, built the way
-:mod:`runners.rollout.collect` builds a turn: system prompt, kept history, the current observation
-(text map and/or image), chat-templated by the same :class:`~runners.rollout.generation.prompts.ChatEncoder`;
-the target is the canonical reply ``<action>up</action>`` followed by the end-of-turn token,
-which is what the sampler returns. Only the reply tokens carry loss.
+"""Supervised fine-tuning on oracle demonstrations (:mod:`runners.train.demos`), in exactly the RL stage's
+conversation format; only the reply tokens carry loss. Also the vision encoder's own pretraining and the SFT stage's
+checkpoint in the run directory.
 
 Two modes:
 
@@ -33,162 +27,13 @@ import torch
 
 from algos.data import Turn
 from algos.models import load_model
-from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.evalsets import MazeStream
-from mazegym.llm import build_messages, format_action, system_prompt, user_message
-from mazegym.maze import MazeSpec
-from mazegym.solver import oracle_actions
 from runners import atomic, models
 from runners.config import ConfigError, TrainConfig
 from runners.config.derived import rollout_config
 from runners.rollout.evaluate import write_json
+from runners.train.demos import DemoStream, demo_turns
 from runners.train.metrics import MetricsLogger, Progress
-
-# --------------------------------------------------------------------------- task tokens
-TURN_PHRASES = [
-    "Map:\n",
-    "Environment feedback: ",
-    "This is move ",
-    ". You have ",
-    " moves left.",
-    "Moved right.",
-    "Moved up.",
-    "Moved left.",
-    "Moved down.",
-    "Cannot move into a wall.",
-    "Reached the goal!",
-    " No moves left.",
-    "Invalid action (",
-    "). Reply with one action (right, up, left, down) inside tags, e.g. <action>up</action>.",
-]
-"""Fixed phrases of every user turn (see :func:`mazegym.llm.user_message` and the env feedback)."""
-
-
-def task_phrases(
-    size: int, max_moves: int, obs_mode: str, require_stop: bool = False, size_free: bool = False
-) -> list[str]:
-    """Phrases the task tokenizer encodes as single tokens: the system prompt and the turn phrases.
-
-    The text the model reads is unchanged; only its tokenisation gets shorter (a byte-level
-    tokenizer spends ~430 tokens on the system prompt, which would dominate CPU compute).
-    If the env's wording ever changes, unmatched text simply falls back to bytes.
-    """
-    return [system_prompt(size, max_moves, obs_mode, require_stop, size_free)] + TURN_PHRASES
-
-
-def add_task_tokens(model_dir: str | Path, phrases: Sequence[str]) -> int:
-    """Add ``phrases`` as tokens to the tokenizer and model saved at ``model_dir`` (in place).
-
-    New embedding rows start at the mean of the existing ones. Returns the number of tokens added.
-    """
-    from transformers import AutoTokenizer
-
-    model_dir = Path(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
-    added = tokenizer.add_tokens([p for p in phrases if p not in tokenizer.get_vocab()])
-    if added == 0:
-        return 0
-    model = load_model(model_dir, dtype=torch.float32)
-    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    with torch.no_grad():
-        emb = model.get_input_embeddings().weight
-        emb[-added:] = emb[:-added].mean(0, keepdim=True)
-    model.save_pretrained(str(model_dir), safe_serialization=True)
-    tokenizer.save_pretrained(str(model_dir))
-    return added
-
-
-# --------------------------------------------------------------------------- demonstrations
-def demo_turns(
-    spec: MazeSpec,
-    encoder: Any,
-    *,
-    max_moves: int,
-    obs_mode: str,
-    history: str = "none",
-    history_k: int = 2,
-    detours: int = 0,
-    rng: np.random.Generator | None = None,
-    eos_id: int,
-    env_kwargs: dict[str, Any] | None = None,
-    random_start: bool = False,
-    state_prompt: bool = False,
-    size_free_prompt: bool = False,
-) -> list[Turn]:
-    """One oracle play of ``spec`` as training turns, built exactly like a rollout turn.
-
-    Detours that would not fit the move limit are dropped (the demo must succeed).
-    ``random_start`` starts the play from a uniformly random open cell instead of ``spec.start``
-    (never producing an evaluation maze), so demonstrations also cover cells off the shortest path.
-    ``state_prompt`` builds the user turns as the rollout's ``state_prompt`` does (no counter, no move feedback);
-    ``size_free_prompt`` writes the system prompt as the rollout's ``size_free_prompt`` does.
-    """
-    if random_start:
-        spec = _random_start(spec, rng or np.random.default_rng())
-    actions = oracle_actions(spec, rng=rng, detours=detours)
-    optimal = oracle_actions(spec)
-    if len(actions) > max_moves:
-        actions = optimal
-    env = VisMazeEnv(size=spec.size, max_moves=max_moves, obs_mode=obs_mode, **(env_kwargs or {}))
-    obs, info = env.reset(options={"maze": spec})
-    system = system_prompt(spec.size, max_moves, obs_mode, size_free=size_free_prompt)
-    past: list[tuple[dict, str]] = []
-    turns = []
-    for action in actions:
-        current = user_message(obs, info, obs_mode=obs_mode, state_only=state_prompt)
-        ids, images = encoder.encode(build_messages(system, past, current, history, history_k))
-        reply = format_action(int(action))
-        turns.append(
-            Turn(
-                prompt_ids=ids,
-                response_ids=encoder.tokenize_text(reply) + [eos_id],
-                images=list(images),
-                action=int(action),
-                text=reply,
-                state="{},{}".format(*env.agent_pos),
-            )
-        )
-        past.append((current, reply))
-        obs, _, terminated, truncated, info = env.step(int(action))
-        if "image" in obs:
-            obs = {**obs, "image": np.array(obs["image"], copy=True)}
-        if terminated or truncated:
-            break
-    env.close()
-    return turns
-
-
-def _random_start(spec: MazeSpec, rng: np.random.Generator) -> MazeSpec:
-    """``spec`` with its start moved to a random open cell other than the goal (evaluation mazes excluded)."""
-    from mazegym.evalsets import is_eval_maze
-
-    cells = [(int(r), int(c)) for r, c in np.argwhere(~spec.grid) if (int(r), int(c)) != spec.goal]
-    for _ in range(10):
-        moved = MazeSpec(spec.grid, cells[int(rng.integers(len(cells)))], spec.goal)
-        if not is_eval_maze(moved.maze_id):
-            return moved
-    return spec
-
-
-class DemoStream:
-    """Endless stream of demonstration turns from a resumable :class:`MazeStream` (shuffled per maze)."""
-
-    def __init__(
-        self, mazes: MazeStream, make_turns: Callable[[MazeSpec, np.random.Generator], list[Turn]], seed: int = 0
-    ):
-        self.mazes = mazes
-        self.make_turns = make_turns
-        self.rng = np.random.default_rng(seed)
-        self.buffer: list[Turn] = []
-
-    def batch(self, size: int) -> list[Turn]:
-        """The next ``size`` turns (mixing moves of several mazes)."""
-        while len(self.buffer) < 4 * size:
-            self.buffer += self.make_turns(next(self.mazes), self.rng)
-        order = self.rng.permutation(len(self.buffer))
-        picked = [self.buffer[i] for i in order[:size]]
-        self.buffer = [self.buffer[i] for i in order[size:]]
-        return picked
 
 
 # --------------------------------------------------------------------------- the loss

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import runners.train.sft as sftmod
+from runners.models import task_tokens
 from runners import build
 from runners.config import apply_overrides
 from runners.config.presets import get_preset
@@ -35,7 +36,7 @@ def test_a_build_that_dies_while_adding_task_tokens_leaves_the_previous_model(tm
         raise KeyboardInterrupt
 
     changed = apply_overrides(_config(tmp_path), ["rollout.max_moves=24"])  # another recipe: a rebuild
-    monkeypatch.setattr(sftmod, "add_task_tokens", killed)
+    monkeypatch.setattr(task_tokens, "add_task_tokens", killed)
     with pytest.raises(KeyboardInterrupt):
         build.prepare_base_model(changed)
     assert sftmod.result_fingerprint(out) == before
