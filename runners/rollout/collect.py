@@ -28,12 +28,11 @@ from algos.data import Episode, Turn
 from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.llm import (
     build_messages,
-    invalid_action_feedback,
-    parse_action,
     system_prompt,
     user_message,
 )
 from mazegym.maze import MazeSpec
+from mazegym.wrappers import TextActionWrapper
 from runners.rollout import collectors
 from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
 from runners.rollout.generation.prompts import ChatEncoder
@@ -142,7 +141,7 @@ class RolloutConfig:
 class _Play:
     """One running episode: its env, last observation, history and the episode being built."""
 
-    env: VisMazeEnv
+    env: TextActionWrapper
     obs: dict[str, Any]
     info: dict[str, Any]
     episode: Episode
@@ -166,12 +165,14 @@ def _printable(text: Any) -> str:
 
 
 def _start(maze: MazeSpec, group_id: int, config: RolloutConfig, version: int, seed: int) -> _Play:
-    env = VisMazeEnv(
-        size=maze.size,
-        max_moves=config.max_moves,
-        obs_mode=config.obs_mode,
-        require_stop=config.require_stop,
-        **config.env_kwargs,
+    env = TextActionWrapper(
+        VisMazeEnv(
+            size=maze.size,
+            max_moves=config.max_moves,
+            obs_mode=config.obs_mode,
+            require_stop=config.require_stop,
+            **config.env_kwargs,
+        )
     )
     obs, info = env.reset(seed=seed, options={"maze": maze})
     episode = Episode(
@@ -198,16 +199,11 @@ def _step(
     """
     text = _printable(result.text)
     state = agent_state(play.info)
-    # An engine that hands back something other than text gave no reply: parse the original, not str() of it.
-    parsed = parse_action(text if isinstance(result.text, str) else result.text, require_stop=config.require_stop)
-    if parsed.valid and parsed.action < play.env.action_space.n:
-        obs, reward, terminated, truncated, info = play.env.step(parsed.action)
-        action, valid = parsed.action, True
-    else:
-        obs, reward, terminated, truncated, info = play.env.step_invalid(
-            invalid_action_feedback(parsed, config.require_stop)
-        )
-        action, valid = None, False
+    # The env's own reply-to-action wrapper parses and steps (or spends an invalid move). An engine that hands back
+    # something other than text gave no reply: it parses the original, not str() of it.
+    obs, reward, terminated, truncated, info = play.env.step(text if isinstance(result.text, str) else result.text)
+    parsed = info.pop("parsed")
+    action, valid = parsed.action, parsed.valid
     play.episode.turns.append(
         Turn(
             prompt_ids=prompt.prompt_ids,
@@ -276,7 +272,9 @@ def play_episodes(
         active, users, prompts = [], [], []
         for play in (p for p in plays if not p.done):
             current = user_message(play.obs, play.info, obs_mode=config.obs_mode, state_only=config.state_prompt)
-            messages = build_messages(systems[play.env.size], play.history, current, config.history, config.history_k)
+            messages = build_messages(
+                systems[play.env.unwrapped.size], play.history, current, config.history, config.history_k
+            )
             ids, images = encoder.encode(messages)
             if prompt_limit is not None and len(ids) > prompt_limit:
                 _end_on_overflow(play)
