@@ -16,10 +16,11 @@ torch-free. Adding a model takes one file that calls :func:`register`::
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from pathlib import Path
 from typing import Any, Callable
+
+from runners.registry import Registry
 
 BUILTIN_MODULES = ("runners.models.hf", "runners.models.maze_vlm")
 """Modules that register the built-in specs when imported."""
@@ -81,47 +82,33 @@ class ModelSpec:
         return bool(self.beside_engine)
 
 
-_REGISTRY: dict[str, ModelSpec] = {}
+_REGISTRY: Registry[ModelSpec] = Registry("model kind", BUILTIN_MODULES)
 
 
 def register(spec: ModelSpec) -> ModelSpec:
     """Register ``spec`` under its name; registering another spec under a taken name is an error."""
-    previous = _REGISTRY.get(spec.name)
-    if previous is not None and previous != spec:
-        raise ValueError(f"model kind {spec.name!r} is already registered")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+    return _REGISTRY.add(spec.name, spec)
 
 
 def available() -> list[str]:
     """Names of the registered model kinds, sorted."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get(name: str) -> ModelSpec:
     """The spec registered as ``name`` (``KeyError`` listing the names otherwise)."""
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown model kind {name!r}; available: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
+    return _REGISTRY.get(name)
 
 
 def having(hook: str) -> list[str]:
     """Names of the registered model kinds whose spec has ``hook`` (e.g. ``"vision_pretraining_loss"``), sorted."""
-    return [name for name in available() if getattr(_REGISTRY[name], hook) is not None]
+    return [name for name in available() if getattr(get(name), hook) is not None]
 
 
 def spec_for_hf_config(config: dict[str, Any]) -> ModelSpec:
     """The spec of a saved model with transformers config ``config`` (a dict): the one claiming its ``model_type``,
     else the generic VLM or LM."""
-    _load_builtins()
-    for spec in _REGISTRY.values():
+    for spec in _REGISTRY:
         if config.get("model_type") in spec.model_types:
             return spec
     return get(GENERIC_VLM if "vision_config" in config else GENERIC_LM)

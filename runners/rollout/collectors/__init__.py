@@ -17,8 +17,9 @@ Adding a collector takes one file that calls :func:`register` (docs/extending.md
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable
+
+from runners.registry import Registry
 
 BUILTIN_MODULES = ("runners.rollout.collectors.plays", "runners.rollout.collectors.branches")
 """Modules that register the built-in collectors when imported."""
@@ -65,35 +66,22 @@ class Collector:
     :class:`runners.config.TrainConfig`); None prints the description."""
 
 
-_REGISTRY: dict[str, Collector] = {}
+_REGISTRY: Registry[Collector] = Registry("collector", BUILTIN_MODULES)
 
 
 def register(collector: Collector) -> Collector:
     """Register ``collector`` under its name; registering another collector under a taken name is an error."""
-    previous = _REGISTRY.get(collector.name)
-    if previous is not None and previous != collector:
-        raise ValueError(f"collector {collector.name!r} is already registered")
-    _REGISTRY[collector.name] = collector
-    return collector
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+    return _REGISTRY.add(collector.name, collector)
 
 
 def available() -> list[str]:
     """Names of the registered collectors, sorted."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get(name: str) -> Collector:
     """The collector registered as ``name`` (``KeyError`` listing the names otherwise)."""
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown collector {name!r}; available: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
+    return _REGISTRY.get(name)
 
 
 def name_of(rollout: Any) -> str:
