@@ -110,6 +110,23 @@ def write_manifest(directory: Path, step: int, run_id: str | None = None, follow
     return manifest
 
 
+def commit_dir(
+    final: Path, fill: Callable[[Path], None], number: int, run_id: str | None = None, follows: dict | None = None
+) -> None:
+    """Write the versioned directory ``final`` (a checkpoint or a published adapter) atomically: ``fill(tmp)`` fills a
+    hidden directory beside it, :func:`write_manifest` hashes what it wrote, and the directory replaces ``final``
+    (fsynced; a crash leaves ``final`` as it was and the hidden directory is removed). The caller's marker comes after.
+    """
+    tmp = temp_dir_beside(final)
+    try:
+        fill(tmp)
+        write_manifest(tmp, number, run_id, follows)
+        replace_dir(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _key_problem(directory: Path, rel: Any) -> str | None:
     """Why a manifest key may not be opened (absolute, ``..``, escaping via a link), or None."""
     if not isinstance(rel, str) or not rel:
@@ -237,11 +254,8 @@ class CheckpointManager:
         final = self.root / step_dir_name(step)
         if final.exists() and run_id_of(final) not in (None, self.run_id):
             raise FileExistsError(f"{final} belongs to another run ({run_id_of(final)}); not overwriting it")
-        tmp = temp_dir_beside(final)
         try:
-            write(tmp)
-            write_manifest(tmp, step, self.run_id, self._marked_checkpoint())
-            replace_dir(tmp, final)
+            commit_dir(final, write, step, self.run_id, self._marked_checkpoint())
             self._write_latest(final.name)
         except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as a RuntimeError
             marked = self.marker()[0]
@@ -250,9 +264,6 @@ class CheckpointManager:
                 f"writing checkpoint {final.name} into {self.root} failed ({type(exc).__name__}: {exc}); {standing}: "
                 "free space (or fix the directory), then rerun with --resume latest"
             ) from exc
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         self.prune()
         return final
 

@@ -9,7 +9,8 @@ Layout of ``sync_dir`` (default ``<run_dir>/adapter_sync``; any shared filesyste
 
 :meth:`AdapterSync.publish` writes the adapter and a manifest (sha256 and size of each file)
 into a hidden temp directory next to the final one, fsyncs it, renames it into place (atomic
-on POSIX), and only then replaces ``LATEST`` (temp file + rename). A reader that follows
+on POSIX; :func:`runners.train.checkpoint.commit_dir`, which checkpoints use too), and only then
+replaces ``LATEST`` (temp file + rename). A reader that follows
 ``LATEST`` therefore never sees a half-written adapter, and :meth:`AdapterSync.committed`
 checks the files against the manifest before anything loads them: a truncated, edited,
 missing or extra file is an :class:`AdapterSyncError` naming it, and the generator keeps the
@@ -28,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runners.atomic import fsync_tree, temp_dir_beside, write_text
-from runners.train.checkpoint import MANIFEST, read_manifest, verify, write_manifest
+from runners.atomic import write_text
+from runners.train.checkpoint import MANIFEST, commit_dir, read_manifest, verify
 
 LATEST_FILE = "LATEST"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -98,17 +99,8 @@ class AdapterSync:
         final = self.sync_dir / version_dir_name(version)
         try:
             self.sync_dir.mkdir(parents=True, exist_ok=True)
-            if final.exists():  # left over from a crash after the rename but before LATEST
-                shutil.rmtree(final)
-            tmp = temp_dir_beside(final)
-            try:
-                write_adapter(source, tmp)
-                write_manifest(tmp, version)
-                fsync_tree(tmp)
-                os.replace(tmp, final)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+            # A directory already at ``final`` is left over from a crash after its rename but before LATEST: replaced.
+            commit_dir(final, lambda tmp: write_adapter(source, tmp), version)
             self._write_latest(version)
         except OSError as exc:
             if exc.errno is None:  # not a storage error (e.g. a source that is no adapter directory)
