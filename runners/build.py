@@ -312,7 +312,7 @@ def resolve_weights(
     run_dir = Path(config.run_dir)
     adapter_dir = Path(adapter) if adapter else None
     found: Path | None = None
-    source, label = ("given", f"adapter {adapter_dir}") if adapter_dir else ("given", "")
+    source, label = "given", (f"adapter {adapter_dir}" if adapter_dir else "")
     if checkpoint or (adapter_dir is None and not model):
         manager = CheckpointManager(run_dir / "checkpoints")
         found = manager.resolve(checkpoint or "latest")

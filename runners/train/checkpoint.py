@@ -45,7 +45,7 @@ import torch
 
 import algos
 from mazegym.evalsets import MazeStream
-from runners.atomic import fsync_path, replace_dir, temp_dir_beside, write_text
+from runners.atomic import replace_dir, temp_dir_beside, write_text
 from runners.config import TrainConfig, to_dict
 from runners.train.sft import recorded_fingerprint
 
@@ -92,7 +92,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def write_manifest(directory: Path, step: int, run_id: str | None = None, follows: dict | None = None) -> dict:
-    """Hash every file under ``directory`` into ``manifest.json`` (and fsync everything).
+    """Hash every file under ``directory`` into ``manifest.json`` (:func:`commit_dir` fsyncs the tree after it).
 
     ``follows`` names the checkpoint this one continues (``{"name", "manifest_sha256"}``), so that after a
     rewind the abandoned later checkpoints are told apart from a save that crashed before its marker.
@@ -101,12 +101,8 @@ def write_manifest(directory: Path, step: int, run_id: str | None = None, follow
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
         rel = path.relative_to(directory).as_posix()
         files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        fsync_path(path)
     manifest = {"step": int(step), "run_id": run_id, "follows": follows, "files": files}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    fsync_path(directory / MANIFEST)
-    for sub in [directory, *(p for p in directory.rglob("*") if p.is_dir())]:
-        fsync_path(sub)
     return manifest
 
 
