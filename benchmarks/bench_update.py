@@ -158,7 +158,7 @@ def test_bench_tiny_lora_lm_update(benchmark):
         head_dim=64,
         max_position_embeddings=1024,
     )
-    policy = LoRALMPolicy(transformers.Qwen2ForCausalLM(config), LoRAConfig(rank=32, alpha=64), micro_batch_size=8)
+    policy = LoRALMPolicy(transformers.Qwen2ForCausalLM(config), LoRAConfig(rank=32, alpha=64), score_chunk=8)
     algo = algos.make("grpo", policy, lr=1e-5, micro_batch_size=8)
     rng = np.random.default_rng(0)
     episodes = []

@@ -148,7 +148,6 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
         dtype=_dtype(config.model.dtype),
         device=config.model.device,
         adapter=adapter,
-        micro_batch_size=256,
         temperature=temperature,
         value_head=algos.get(config.algo.name).needs_value_head,
     )
@@ -187,7 +186,6 @@ def build_training(
         policy = prepare_policy(policy)
     params = dict(config.algo.params)
     params.setdefault("seed", config.loop.seed)
-    params["episode_mean"] = config.algo.episode_mean
     algorithm = algos.make(config.algo.name, policy, **params)
     if config.loop.update_threads > 1 and config.model.device == "cpu":
         from algos.parallel import ThreadReplicas

@@ -395,7 +395,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     """List presets (and, with --algo, an algorithm's hyperparameters)."""
     from runners.config import describe_fields
-    from runners.config.presets import TRAINING_PRESETS
+    from runners.config.presets import TRAINING_PRESETS, describe_preset
 
     if args.algo:
         import algos
@@ -404,9 +404,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
         for key, value, doc in describe_fields(cls()):
             print(f"algo.{key} = {value}\n    {doc}")
         return 0
-    for name, fn in TRAINING_PRESETS.items():
-        doc = (fn.__doc__ or "").strip().splitlines()[0]
-        print(f"{name:<22} {doc}")
+    for name in TRAINING_PRESETS:
+        print(f"{name:<22} {describe_preset(name)}")
     return 0
 
 

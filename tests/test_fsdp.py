@@ -71,7 +71,7 @@ def _policy(model_dir: str, value_head: bool = False):
 
     torch.manual_seed(0)
     policy = LoRALMPolicy.from_pretrained(
-        model_dir, LoRAConfig(**LORA), dtype=torch.float32, micro_batch_size=256, value_head=value_head
+        model_dir, LoRAConfig(**LORA), dtype=torch.float32, score_chunk=256, value_head=value_head
     )
     perturb_lora(policy, seed=1, scale=0.05)  # LoRA B starts at 0: make both factors get gradients
     return policy

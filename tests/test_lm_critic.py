@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def critic_policy(seed: int = 0, head_std: float = 0.1) -> LoRALMPolicy:
     """A tiny Qwen2 LoRA policy with a value head moved away from its zero init (so values differ)."""
-    policy = LoRALMPolicy(tiny_qwen2(seed), LoRAConfig(rank=4, alpha=8), micro_batch_size=2, value_head=True)
+    policy = LoRALMPolicy(tiny_qwen2(seed), LoRAConfig(rank=4, alpha=8), score_chunk=2, value_head=True)
     with torch.no_grad():
         torch.manual_seed(seed + 100)
         for p in policy.model.value_head.parameters():
@@ -143,11 +143,11 @@ def test_save_and_load_restore_adapter_and_critic_exactly(tmp_path):
         "adapter_model.safetensors",
         VALUE_HEAD_FILE,
     ]
-    fresh = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), micro_batch_size=2, value_head=True)
+    fresh = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), score_chunk=2, value_head=True)
     fresh.load_adapter(tmp_path / "a")
     after = fresh.score_turns(TURNS)
     assert torch.equal(after.values, before.values) and torch.equal(after.logprobs, before.logprobs)
-    no_critic = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), micro_batch_size=2)
+    no_critic = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), score_chunk=2)
     no_critic.load_adapter(tmp_path / "a")  # engines and critic-free policies ignore the head
     assert torch.equal(no_critic.score_turns(TURNS).logprobs, before.logprobs)
 

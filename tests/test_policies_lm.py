@@ -78,7 +78,7 @@ def manual_logprobs(model, turn):
 
 
 def test_evaluate_matches_an_unpadded_forward_and_masks_padding():
-    policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), micro_batch_size=2)
+    policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8), score_chunk=2)
     out = policy.score_turns(TURNS)
     assert out.logprobs.shape == (3, 3) and out.entropy.shape == (3, 3) and out.values is None
     assert out.mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
@@ -99,7 +99,7 @@ def test_lora_targets_only_language_linears():
 
 
 def test_loss_decreases_and_only_the_adapter_changes():
-    policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=8, alpha=16), micro_batch_size=4)
+    policy = LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=8, alpha=16), score_chunk=4)
     base = {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" not in n}
     lora_before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" in n}
     episodes = []

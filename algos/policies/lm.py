@@ -34,6 +34,11 @@ from algos.data import Turn
 from algos.lora import LoRAConfig
 from algos.policy import PolicyOutput
 
+SCORE_CHUNK = 256
+"""Default most turns :meth:`LoRALMPolicy.score_turns` runs in one forward pass: an algorithm's micro-batch
+(``micro_batch_size``, the gradient-accumulation unit) larger than this is scored in several passes, bounding the
+activation memory of callers that hand over a whole batch."""
+
 VALUE_HEAD_FILE = "value_head.safetensors"
 """The critic's weights, written next to the adapter files by :meth:`LoRALMPolicy.save_adapter`."""
 VALUE_HEAD_MODULE = "value_head"
@@ -152,7 +157,7 @@ class LoRALMPolicy:
         *,
         tokenizer: Any = None,
         image_processor: Any = None,
-        micro_batch_size: int = 8,
+        score_chunk: int = SCORE_CHUNK,
         pad_token_id: int | None = None,
         compute_entropy: bool = True,
         temperature: float = 1.0,
@@ -168,7 +173,8 @@ class LoRALMPolicy:
         self.model = model if isinstance(model, peft.PeftModel) else add_lora(model, lora or LoRAConfig())
         self.tokenizer = tokenizer
         self.image_processor = image_processor
-        self.micro_batch_size = micro_batch_size
+        self.score_chunk = score_chunk
+        """The most turns one forward pass of :meth:`score_turns` holds; larger calls are split."""
         self.compute_entropy = compute_entropy
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (the sampling temperature of the rollouts), got {temperature}")
@@ -249,8 +255,8 @@ class LoRALMPolicy:
             return PolicyOutput(torch.zeros(0, 0), torch.zeros(0, 0), values=values)
         length = max(len(t.response_ids) for t in turns)
         parts = []
-        for start in range(0, len(turns), self.micro_batch_size):
-            chunk = turns[start : start + self.micro_batch_size]
+        for start in range(0, len(turns), self.score_chunk):
+            chunk = turns[start : start + self.score_chunk]
             if reference:
                 with torch.no_grad(), self.model.disable_adapter():
                     parts.append(self._forward(chunk, length, with_values=False))

@@ -69,7 +69,7 @@ def describe_fields(config: Any, prefix: str = "") -> list[tuple[str, str, str]]
 
 
 # --------------------------------------------------------------------------- overrides
-_ALGO_OWN = ("name", "params", "episode_mean")
+_ALGO_OWN = ("name", "params")
 """Fields of the ``algo`` section itself; every other ``algo.<key>`` is a hyperparameter of the algorithm."""
 
 
@@ -265,9 +265,7 @@ def apply_config_file(config: TrainConfig, data: Any) -> TrainConfig:
         if "name" in algo:
             config.algo.name = str(algo["name"])
         for k, v in algo.items():
-            if k == "episode_mean":
-                set_value(config, "algo.episode_mean", v)
-            elif k == "params" and isinstance(v, dict):
+            if k == "params" and isinstance(v, dict):
                 for pk, pv in v.items():
                     _set_algo_param(config.algo, pk, pv)
             elif k != "name":
@@ -305,6 +303,7 @@ def from_dict(data: dict[str, Any]) -> TrainConfig:
     algo = data.get("algo", {})
     config.algo.name = algo.get("name", config.algo.name)
     config.algo.params = dict(algo.get("params", {}))
-    config.algo.episode_mean = bool(algo.get("episode_mean", config.algo.episode_mean))
+    if "episode_mean" in algo:  # configs saved when it was a field of the section itself
+        config.algo.params.setdefault("episode_mean", bool(algo["episode_mean"]))
     apply_mapping(config, {k: v for k, v in data.items() if k != "algo"})
     return config

@@ -100,11 +100,6 @@ class AlgoConfig:
     """Overrides of the algorithm's config fields (set them as algo.<field>=value, e.g. algo.lr=1e-4); checked against
     algos.config_class(name).
     """
-    episode_mean: bool = True
-    """Weight every episode equally in the loss (each turn's advantage x mean turns / its episode's turns); passed to
-    the algorithm's own episode_mean. Without it, long failed episodes outweigh short successes and GRPO pushes down
-    the common correct moves.
-    """
 
 
 @dataclass

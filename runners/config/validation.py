@@ -214,15 +214,15 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         )
     if config.loop.max_minutes < 0:
         raise ConfigError(f"loop.max_minutes must be >= 0 (0 = no time cap), got {config.loop.max_minutes}")
-    from mazegym.envs.vismaze import VisMazeEnv
+    from runners.rollout.env import make_env
 
     try:  # the env checks its own arguments: a wrong env_kwargs key or value fails now, not minutes into a run
-        VisMazeEnv(
-            size=config.maze.size,
-            max_moves=config.rollout.max_moves,
-            obs_mode=config.rollout.obs_mode,
-            require_stop=config.rollout.require_stop,
-            **config.rollout.env_kwargs,
+        make_env(
+            config.maze.size,
+            config.rollout.max_moves,
+            config.rollout.obs_mode,
+            config.rollout.require_stop,
+            config.rollout.env_kwargs,
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(

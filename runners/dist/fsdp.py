@@ -191,19 +191,19 @@ class ShardedLoRALMPolicy(LoRALMPolicy):
 
         An M unit is one forward and its backward: several forwards before one backward would
         let autograd interleave their reduce-scatters differently on different ranks. (The
-        unsharded policy splits a micro-batch above ``micro_batch_size`` turns into several
+        unsharded policy splits a micro-batch above ``score_chunk`` turns into several
         forwards; the results differ by float rounding only. One rank keeps the split, so one
         worker is the local runner bit for bit.)
         """
         lockstep = self.lockstep
         if not torch.is_grad_enabled() or reference or lockstep is None or lockstep.world_size == 1:
             return super().score_turns(turns, reference=reference)
-        saved = self.micro_batch_size
-        self.micro_batch_size = max(saved, len(turns))
+        saved = self.score_chunk
+        self.score_chunk = max(saved, len(turns))
         try:
             return super().score_turns(turns, reference=reference)
         finally:
-            self.micro_batch_size = saved
+            self.score_chunk = saved
 
     def _forward(self, turns: Any, length: int, **kwargs: Any) -> Any:
         if self.lockstep is not None:

@@ -25,7 +25,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from algos.data import Episode, Turn
-from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.llm import (
     build_messages,
     system_prompt,
@@ -33,6 +32,7 @@ from mazegym.llm import (
 )
 from mazegym.maze import MazeSpec
 from mazegym.wrappers import TextActionWrapper
+from runners.rollout.env import make_env
 from runners.rollout import collectors
 from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
 from runners.rollout.generation.prompts import ChatEncoder
@@ -166,13 +166,7 @@ def _printable(text: Any) -> str:
 
 def _start(maze: MazeSpec, group_id: int, config: RolloutConfig, version: int, seed: int) -> _Play:
     env = TextActionWrapper(
-        VisMazeEnv(
-            size=maze.size,
-            max_moves=config.max_moves,
-            obs_mode=config.obs_mode,
-            require_stop=config.require_stop,
-            **config.env_kwargs,
-        )
+        make_env(maze.size, config.max_moves, config.obs_mode, config.require_stop, config.env_kwargs)
     )
     obs, info = env.reset(seed=seed, options={"maze": maze})
     episode = Episode(

@@ -14,11 +14,11 @@ from typing import Any, Callable
 import numpy as np
 
 from algos.data import Turn
-from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.evalsets import MazeStream
 from mazegym.llm import build_messages, format_action, system_prompt, user_message
 from mazegym.maze import MazeSpec
 from mazegym.solver import oracle_actions
+from runners.rollout.env import make_env
 
 
 def demo_turns(
@@ -51,7 +51,7 @@ def demo_turns(
     optimal = oracle_actions(spec)
     if len(actions) > max_moves:
         actions = optimal
-    env = VisMazeEnv(size=spec.size, max_moves=max_moves, obs_mode=obs_mode, **(env_kwargs or {}))
+    env = make_env(spec.size, max_moves, obs_mode, env_kwargs=env_kwargs)
     obs, info = env.reset(options={"maze": spec})
     system = system_prompt(spec.size, max_moves, obs_mode, size_free=size_free_prompt)
     past: list[tuple[dict, str]] = []
@@ -67,7 +67,7 @@ def demo_turns(
                 images=list(images),
                 action=int(action),
                 text=reply,
-                state="{},{}".format(*env.agent_pos),
+                state="{},{}".format(*env.unwrapped.agent_pos),
             )
         )
         past.append((current, reply))

@@ -75,10 +75,10 @@ def trainer_logprobs(
 
 def default_probe_messages(size: int = 9, max_moves: int = 20) -> list[dict]:
     """A fixed text-mode maze conversation (maze drawn with seed 0) used as the probe prompt."""
-    from mazegym.envs.vismaze import VisMazeEnv
     from mazegym.llm import build_messages, system_prompt, user_message
+    from runners.rollout.env import make_env
 
-    env = VisMazeEnv(size=size, max_moves=max_moves, obs_mode="text")
+    env = make_env(size, max_moves, "text")
     obs, info = env.reset(seed=0)
     return build_messages(system_prompt(size, max_moves, "text"), [], user_message(obs, info, obs_mode="text"))
 

@@ -15,10 +15,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from algos.data import Episode, Turn
-from mazegym.envs.vismaze import VisMazeEnv
 from mazegym.llm import build_messages, format_action, parse_action, user_message
 from mazegym.maze import MazeSpec
 from mazegym.solver import next_cell
+from runners.rollout.env import make_env
 from runners.rollout.collect import RolloutConfig
 from runners.rollout.collectors import BRANCHES, Collector, register
 from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
@@ -189,7 +189,7 @@ def cell_prompts(
     prompts: list[Prompt] = []
     for i, maze in enumerate(mazes):
         system = config.system_prompt(maze.size)
-        env = VisMazeEnv(size=maze.size, max_moves=config.max_moves, obs_mode=config.obs_mode, **config.env_kwargs)
+        env = make_env(maze.size, config.max_moves, config.obs_mode, env_kwargs=config.env_kwargs)
         for r, c in np.argwhere(~maze.grid):
             cell = (int(r), int(c))
             if cell == maze.goal:
