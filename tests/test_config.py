@@ -199,6 +199,11 @@ def test_round_trip_through_dict():
         cfg = get_preset(name)
         again = C.from_dict(json.loads(json.dumps(C.to_dict(cfg))))
         assert C.to_dict(again) == C.to_dict(cfg)
+    # a config saved when episode_mean was a field of the algo section itself reads the same
+    saved = C.to_dict(get_preset("cpu-tiny"))
+    saved["algo"]["params"].pop("episode_mean")
+    saved["algo"]["episode_mean"] = True
+    assert C.from_dict(saved).algo.params["episode_mean"] is True
 
 
 def test_presets_are_valid():
@@ -208,6 +213,38 @@ def test_presets_are_valid():
     assert (big.lora.rank, big.algo.name, big.runner.num_gpus, big.loop.engine) == (32, "grpo", 6, "vllm")
     with pytest.raises(C.ConfigError, match="unknown preset"):
         get_preset("gpt-5")
+
+
+def test_presets_are_yaml_files_that_extend_and_read_the_environment(tmp_path, monkeypatch):
+    from runners.config import presets
+
+    monkeypatch.setenv(presets.QWEN3_VL_8B_PATH_ENV, "/local/qwen3")
+    assert get_preset("qwen3-vl-8b-lora32").model.path == "/local/qwen3"
+    monkeypatch.delenv(presets.QWEN3_VL_8B_PATH_ENV)
+    assert get_preset("qwen3-vl-8b-lora32").model.path == "/models/Qwen3-VL-8B-Instruct"
+    smoke, default = get_preset("smoke"), get_preset("cpu-maze-vlm")
+    assert smoke.preset == "smoke" and smoke.loop.steps == 2 and smoke.model == default.model  # extends the default
+    for name in TRAINING_PRESETS:
+        assert len(presets.describe_preset(name)) > 20, name
+    # the docs' example preset (docs/extending.md), in a preset directory of its own
+    for path in presets.PRESET_DIR.glob("*.yaml"):
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / "cpu-maze-vlm-32.yaml").write_text(
+        "# cpu-maze-vlm-32: the default job with 32 mazes per step and minibatches of 64 turns.\n"
+        "extends: cpu-maze-vlm\nrun_dir: runs/cpu-maze-vlm-32\nloop:\n  mazes_per_step: 32\n"
+        "algo:\n  minibatch_size: 64\n  micro_batch_size: 64\n"
+    )
+    monkeypatch.setattr(presets, "PRESET_DIR", tmp_path)
+    mine = presets.load_preset("cpu-maze-vlm-32")
+    assert (mine.preset, mine.loop.mazes_per_step, mine.algo.params["minibatch_size"]) == ("cpu-maze-vlm-32", 32, 64)
+    assert mine.algo.params["epochs"] == 3 and mine.model == default.model
+    assert presets.describe_preset("cpu-maze-vlm-32").startswith("the default job with 32 mazes")
+    (tmp_path / "broken.yaml").write_text("loop:\n  steps: [unclosed\n")
+    with pytest.raises(C.ConfigError, match="preset 'broken'"):
+        presets.load_preset("broken")
+    (tmp_path / "typo.yaml").write_text("loop:\n  stepz: 3\n")
+    with pytest.raises(C.ConfigError, match="did you mean 'steps'"):
+        presets.load_preset("typo")
 
 
 def test_algorithm_specific_checks_run_without_a_policy():
