@@ -6,6 +6,7 @@ import torch
 
 import algos.models  # noqa: F401  (registers MazeVLM)
 from algos.models.maze_vlm import (
+    RecurrentConvEncoder,
     MazeVLMForConditionalGeneration,
     MazeVLMImageProcessor,
     set_vision_grad_iterations,
@@ -331,3 +332,32 @@ def test_gated_state_update_is_bounded_loads_by_path_and_residual_stays_the_defa
         assert float(grown[..., :8].max()) > 10.0
     with pytest.raises(ValueError, match="state"):
         RecurrentConvEncoder(5, 8, 4, state="lstm")
+
+
+@pytest.mark.parametrize("state", ["gated", "residual"])
+def test_the_block_computes_its_convolution_of_the_input_once(state):
+    """Each iteration convolves only the state; the input's part of ``conv_in``/``conv_gate`` is computed once.
+    The result is the written formula, conv(cat([state, recall])), iterated: values and gradients."""
+    torch.manual_seed(0)
+    encoder = RecurrentConvEncoder(patch_px=3, width=8, iterations=6, state=state)
+    grid = torch.randn(3, 7, 7, 27)
+
+    def written(grid):
+        recall = torch.relu(encoder.patch_embed(grid)).permute(0, 3, 1, 2)
+        h = torch.zeros_like(recall)
+        for _ in range(encoder.iterations):
+            both = torch.cat([h, recall], dim=1)
+            update = torch.relu(encoder.conv_in(both))
+            if state == "residual":
+                h = torch.relu(h + encoder.conv_out(update))
+            else:
+                gate = torch.sigmoid(encoder.conv_gate(both))
+                h = (1 - gate) * h + gate * torch.tanh(encoder.conv_out(update))
+        return h.permute(0, 2, 3, 1).reshape(3, 49, -1)
+
+    expected = written(grid)
+    grads = torch.autograd.grad(expected.square().sum(), encoder.conv_in.weight)[0]
+    features, _ = encoder.cell_features(grid)
+    got = features[..., :8]
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert torch.allclose(torch.autograd.grad(got.square().sum(), encoder.conv_in.weight)[0], grads, atol=1e-4)

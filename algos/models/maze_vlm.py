@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from dataclasses import dataclass
 
@@ -126,13 +127,31 @@ class RecurrentConvEncoder(nn.Module):
         # Used only by vision pretraining (as BERT keeps its pretraining heads); generation never reads it.
         self.action_head = nn.Linear(2 * width, num_actions)
 
-    def step(self, state: torch.Tensor, recall: torch.Tensor) -> torch.Tensor:
-        """One iteration of the weight-tied block: the routing state, updated from itself and the input."""
-        both = torch.cat([state, recall], dim=1)
-        update = torch.relu(self.conv_in(both))
+    def step_weights(self, recall: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weight-tied block split by what it reads: ``(state_weight, recall_part)``.
+
+        ``conv_in`` (and ``conv_gate``) read ``cat([state, recall])``; a conv of a concatenation is the sum of the
+        convs of its parts, and the recall part is the same at every iteration, so it is computed once here
+        (with the biases) and each iteration convolves only the state, with the two convs' state weights in one.
+        """
+        width = recall.shape[1]
+        convs = [self.conv_in] if self.conv_gate is None else [self.conv_in, self.conv_gate]
+        state_weight = torch.cat([conv.weight[:, :width] for conv in convs])
+        recall_weight = torch.cat([conv.weight[:, width:] for conv in convs])
+        bias = torch.cat([conv.bias for conv in convs])
+        return state_weight, F.conv2d(recall, recall_weight, bias, padding=1)
+
+    def step(self, state: torch.Tensor, state_weight: torch.Tensor, recall_part: torch.Tensor) -> torch.Tensor:
+        """One iteration of the weight-tied block: the routing state, updated from itself and the input
+        (``state_weight`` and ``recall_part`` from :meth:`step_weights`; a zero state skips its conv)."""
+        both = recall_part if state is None else recall_part + F.conv2d(state, state_weight, padding=1)
+        width = self.conv_out.in_channels
+        update = torch.relu(both[:, :width])
+        if state is None:
+            state = torch.zeros_like(update)
         if self.conv_gate is None:
             return torch.relu(state + self.conv_out(update))
-        gate = torch.sigmoid(self.conv_gate(both))
+        gate = torch.sigmoid(both[:, width:])
         return (1 - gate) * state + gate * torch.tanh(self.conv_out(update))
 
     def cell_features(self, grid: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,14 +160,19 @@ class RecurrentConvEncoder(nn.Module):
         """
         batch, rows, cols, _ = grid.shape
         recall = torch.relu(self.patch_embed(grid)).permute(0, 3, 1, 2)  # [B, C, H, W]
-        state = torch.zeros_like(recall)
+        state = None  # all zeros: the first iteration reads the input alone
         total = iterations or self.iterations
         free = total - self.grad_iterations if 0 < self.grad_iterations < total and torch.is_grad_enabled() else 0
-        with torch.no_grad():
-            for _ in range(free):
-                state = self.step(state, recall)
+        if free:
+            with torch.no_grad():
+                weights = self.step_weights(recall)
+                for _ in range(free):
+                    state = self.step(state, *weights)
+        weights = self.step_weights(recall)
         for _ in range(total - free):
-            state = self.step(state, recall)
+            state = self.step(state, *weights)
+        if state is None:
+            state = torch.zeros_like(recall)
         features = torch.cat([state, recall], dim=1)  # the LM reads the routing state and what the cell shows
         decision = torch.relu(self.readout(features)) if self.readout is not None else features
         return (
