@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     run_dir = Path(tempfile.mkdtemp(prefix="mazegym-profile-step-"))
-    cfg = apply_overrides(get_preset(args.preset), [f"run_dir={run_dir}", "loop.update_threads=1"])
+    # One rollout thread: cProfile sees only the thread it runs in, so the collection's parts are profiled there.
+    cfg = apply_overrides(
+        get_preset(args.preset), [f"run_dir={run_dir}", "loop.update_threads=1", "loop.rollout_threads=1"]
+    )
     model_dir, adapter = build.start_from(args.sft, build.base_model_dir(cfg))
     generator, policy, algorithm, _ = build.build_training(cfg, model_dir, adapter)
     stream = build.build_stream(cfg)
