@@ -36,6 +36,7 @@ from runners.rollout.evaluate import (
     write_json,
 )
 from runners.train.metrics import PhaseTimer, Progress, read_jsonl, rl_timing
+from runners.train.run_info import peak_rss_gb
 from runners.rollout.collect import rollout_metrics
 
 
@@ -426,6 +427,7 @@ def finish_run(
         "stopped_by_time_cap": state.capped,
         "seconds": seconds,
         "timing": timing,
+        "peak_rss_gb": peak_rss_gb(),
         "eval_history": state.history,
         **extra_results,
     }
@@ -450,6 +452,8 @@ def finish_run(
             f"\n\nRL: {timing['rl_steps']} steps in {timing['rl_seconds'] / 60:.1f} min = "
             f"{timing['rl_steps_per_s']:.3f} steps/s; mean seconds per step by phase: {phases}"
         )
+    if results["peak_rss_gb"] is not None:
+        table += f"\nPeak memory (RSS) of this process: {results['peak_rss_gb']:.2f} GB"
     artifacts = {
         "run_dir": str(run_dir),
         **extra_artifacts,

@@ -31,6 +31,16 @@ PACKAGES = (
 """Packages whose versions a run records (those installed)."""
 
 
+def peak_rss_gb() -> float | None:
+    """This process's peak resident memory so far, in GB (None where the OS does not report it)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024**3 if platform.system() == "Darwin" else 1024**2), 3)  # bytes on macOS, KiB on Linux
+
+
 def package_versions() -> dict[str, str]:
     """Python and the installed versions of :data:`PACKAGES` (read from metadata, nothing imported)."""
     out = {"python": platform.python_version()}
