@@ -484,3 +484,40 @@ def test_sampled_worlds_do_not_depend_on_how_a_step_is_sliced():
         gen, mazes[1:], config, seed=7, group_offset=31
     )
     assert [(e.group_id, e.turns[0].reward) for e in whole] == [(e.group_id, e.turns[0].reward) for e in sliced]
+
+
+def test_play_prompts_ask_each_cell_with_a_counter_and_the_feedback_of_arriving_there():
+    """branch_prompts="play": an anchor's prompt is one a play shows on that cell after some moves -- a move counter
+    drawn over the whole budget and, past move 1, "Moved <dir>." from an open neighbour; drawn from the step seed."""
+    import re
+
+    from runners.rollout.collectors.branches import cell_prompts
+
+    mazes = _mazes(3, size=7, seed=4)
+    gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
+    config = RolloutConfig(history="none", obs_mode="text", max_moves=12, max_new_tokens=16, branch_prompts="play")
+    anchors, prompts = cell_prompts(mazes, config, gen.encoder, seed=5)
+    texts = [gen.encoder.tokenizer.decode(p.prompt_ids) for p in prompts]
+    counters = set()
+    for (i, cell), text in zip(anchors, texts):
+        move = int(re.search(r"This is move (\d+)\. You have (\d+) moves left", text).group(1))
+        assert int(re.search(r"You have (\d+) moves left", text).group(1)) == 12 - (move - 1)
+        counters.add(move)
+        moved = re.search(r"Environment feedback: Moved (right|up|left|down)\.", text)
+        assert (moved is None) == (move == 1)
+        if moved:  # the cell it names the agent came from is open
+            dr, dc = MOVES[["right", "up", "left", "down"].index(moved.group(1))]
+            assert not mazes[i].grid[cell[0] - dr, cell[1] - dc]
+    assert len(counters) >= 8 and min(counters) >= 1 and max(counters) <= 12
+    again = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, seed=5)[1]]
+    other = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, seed=6)[1]]
+    assert again == [p.prompt_ids for p in prompts] and other != again
+    first = RolloutConfig(history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
+    assert all(
+        "This is move 1." in gen.encoder.tokenizer.decode(p.prompt_ids)
+        for p in cell_prompts(mazes, first, gen.encoder)[1]
+    )
+    with pytest.raises(ValueError, match="branch_prompts"):
+        from runners.rollout.collectors.branches import branch_settings
+
+        branch_settings(RolloutConfig(history="none", branch_prompts="last"))

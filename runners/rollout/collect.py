@@ -111,6 +111,12 @@ class RolloutConfig:
     update (a positive advantage on a reply of probability p moves its logit by about 1 - p, so such rows cost a full
     forward and backward pass for little signal); it comes back as soon as its share falls. 1.0 keeps every cell.
     """
+    branch_prompts: str = "first"
+    """Branching: the prompt each anchor cell is asked with. "first": a play's first move there (move 1, no feedback).
+    "play": what a play shows on that cell later too: a move counter drawn uniformly from the moves a play can have
+    made (0 .. max_moves - 1) and, past the first move, the feedback of arriving there from a random open neighbour;
+    drawn per step from the step seed and the maze, so RL trains the prompts evaluation plays show.
+    """
     branch_reward: str = "best"
     """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal,
     else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0).

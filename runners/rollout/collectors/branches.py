@@ -17,7 +17,8 @@ import numpy as np
 from algos.data import Episode, Turn
 from mazegym.llm import build_messages, format_action, parse_action, user_message
 from mazegym.maze import MazeSpec
-from mazegym.solver import next_cell
+from mazegym import ACTION_NAMES
+from mazegym.solver import MOVES, next_cell
 from runners.rollout.env import make_env
 from runners.rollout.collect import RolloutConfig
 from runners.rollout.collectors import BRANCHES, Collector, register
@@ -28,6 +29,8 @@ CONTINUATIONS = ("greedy", "sampled", "expected")
 """How a move's continuation is valued (``rollout.branch_continuation``)."""
 REWARDS = ("best", "value")
 """What a branch earns (``rollout.branch_reward``)."""
+PROMPTS = ("first", "play")
+"""Which prompt an anchor cell is asked with (``rollout.branch_prompts``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,8 +43,11 @@ class BranchSettings:
     samples: int
     settled: float
     reward: str
+    prompts: str
 
     def __post_init__(self) -> None:
+        if self.prompts not in PROMPTS:
+            raise ValueError(f"branch_prompts must be 'first' or 'play', got {self.prompts!r}")
         if self.reward not in REWARDS:
             raise ValueError(f"branch_reward must be 'best' or 'value', got {self.reward!r}")
         if self.continuation not in CONTINUATIONS:
@@ -176,14 +182,32 @@ def move_probabilities(
     return np.exp(logps)
 
 
+def play_like_info(maze: MazeSpec, cell: tuple[int, int], info: dict, max_moves: int, rng: np.random.Generator) -> dict:
+    """``info`` of the agent on ``cell`` as a later turn of a play shows it: a move count drawn uniformly from
+    0 .. max_moves - 1 and, past the first move, the feedback of the move into ``cell`` from a random open neighbour."""
+    moves = int(rng.integers(max_moves))
+    feedback = ""
+    if moves:
+        arrivals = [
+            action
+            for action, (dr, dc) in enumerate(MOVES)
+            if 0 <= cell[0] - dr < maze.size
+            and 0 <= cell[1] - dc < maze.size
+            and not maze.grid[cell[0] - dr, cell[1] - dc]
+        ]
+        feedback = f"Moved {ACTION_NAMES[arrivals[int(rng.integers(len(arrivals)))]]}." if arrivals else ""
+    return {**info, "moves": moves, "feedback": feedback}
+
+
 def cell_prompts(
     mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: ChatEncoder, seed: int = 0
 ) -> tuple[list[tuple[int, tuple[int, int]]], list[Prompt]]:
-    """The first-turn prompt with the agent on every open non-goal cell of each maze.
+    """The prompt with the agent on every open non-goal cell of each maze.
 
     Returns ``(anchors, prompts)``; ``anchors[j] = (maze index, (row, col))`` names the cell of
     ``prompts[j]``. With ``config.state_prompt`` each prompt is the one
-    the policy sees on that cell at any move of a play; without it, the one of a play's first move.
+    the policy sees on that cell at any move of a play; without it, the one of a play's first move, or with
+    ``config.branch_prompts="play"`` one a play shows there later (:func:`play_like_info`).
     """
     anchors: list[tuple[int, tuple[int, int]]] = []
     prompts: list[Prompt] = []
@@ -195,6 +219,9 @@ def cell_prompts(
             if cell == maze.goal:
                 continue
             obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
+            if config.branch_prompts == "play":
+                rng = np.random.default_rng([seed % 2**63, int(maze.maze_id, 16), int(r), int(c)])
+                info = play_like_info(maze, cell, info, config.max_moves, rng)
             ids, images = encoder.encode(
                 build_messages(
                     system,
