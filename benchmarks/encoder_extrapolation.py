@@ -85,12 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     def decisions(grid: torch.Tensor, free: int, trained: int) -> torch.Tensor:
         """Decision features of every cell after ``free`` iterations without gradient and ``trained`` with it."""
         recall = torch.relu(encoder.patch_embed(grid)).permute(0, 3, 1, 2)
-        state = torch.zeros_like(recall)
+        state = None  # all zeros
         with torch.no_grad():
+            weights = encoder.step_weights(recall)
             for _ in range(free):
-                state = encoder.step(state, recall)
+                state = encoder.step(state, *weights)
+        weights = encoder.step_weights(recall)
         for _ in range(trained):
-            state = encoder.step(state, recall)
+            state = encoder.step(state, *weights)
+        state = torch.zeros_like(recall) if state is None else state
         out = torch.relu(encoder.readout(torch.cat([state, recall], 1)))
         return out.permute(0, 2, 3, 1).reshape(grid.shape[0], -1, out.shape[1])
 
