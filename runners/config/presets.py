@@ -19,11 +19,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runners.config.overrides import apply_config_file
+from runners.config.overrides import apply_config_file, read_config_file
 from runners.config.schema import ConfigError, TrainConfig
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
@@ -39,10 +38,9 @@ def preset_data(name: str) -> dict[str, Any]:
     """The mapping preset ``name``'s file holds, environment variables resolved (``extends`` kept)."""
     path = PRESET_DIR / f"{name}.yaml"
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
-    except (OSError, yaml.YAMLError, OmegaConfBaseException) as exc:
-        raise ConfigError(f"preset {name!r} ({path}) cannot be read: {exc}") from None
+        return OmegaConf.to_container(OmegaConf.create(read_config_file(path)), resolve=True)
+    except (ConfigError, OmegaConfBaseException) as exc:
+        raise ConfigError(f"preset {name!r} cannot be read: {exc}") from None
 
 
 def describe_preset(name: str) -> str:
