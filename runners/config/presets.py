@@ -6,7 +6,7 @@ the way a ``--config`` file is; its opening comment says what it runs. A preset 
 (``qwen3-vl-8b-lora32`` finds the local Qwen3-VL-8B directory that way). The presets:
 
 * ``cpu-maze-vlm`` (the default): the case study in miniature, MazeVLM on VisMaze-v0's images, SFT then LoRA
-  GRPO on branching rollouts for 60 steps; its measured lift is in the README ("The main job").
+  GRPO on branching rollouts for 40 steps; its measured lift is in the README ("The main job").
 * ``smoke``: ``cpu-maze-vlm`` with budgets of a few steps (a check that everything runs).
 * ``cpu-tiny``: a tiny Qwen2 text LM on 7x7 ASCII mazes (the text contrast).
 * ``cpu-tiny-vlm``: ``cpu-tiny`` with a tiny Qwen2-VL reading the image.
