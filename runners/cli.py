@@ -58,6 +58,14 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--run-dir", default=None, help="run directory (same as run_dir=...)")
     parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE.py|MODULE",
+        help="import this first: your own file or module that registers an algorithm, a model kind or a rollout "
+        "collector (repeatable; see docs/extending.md)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, e.g. rollout.group_size=8"
     )
 
@@ -75,6 +83,7 @@ def build_config(args: argparse.Namespace):
     )
     from runners.config.presets import DEFAULT_PRESET, get_preset
 
+    _load_plugins(args)
     config = get_preset(args.preset or DEFAULT_PRESET)
     base = scheme_of(config)
     files = [read_config_file(path) for path in args.config]
@@ -88,6 +97,18 @@ def build_config(args: argparse.Namespace):
     note = resolve_scheme(config, base, override_keys(list(args.overrides), files))
     args.config_notes = [note] if note else []
     return config
+
+
+def _load_plugins(args: argparse.Namespace) -> None:
+    """Import the ``--plugin`` files and modules, which register their parts (a name that is neither: ConfigError)."""
+    from runners.config import ConfigError
+    from runners.registry import load_plugin
+
+    for plugin in getattr(args, "plugin", []):
+        try:
+            load_plugin(plugin)
+        except ValueError as exc:
+            raise ConfigError(f"--plugin: {exc}") from None
 
 
 def _fields_help(preset: str) -> str:
@@ -400,6 +421,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
     if args.algo:
         import algos
 
+        _load_plugins(args)
+
         cls = algos.config_class(args.algo)
         for key, value, doc in describe_fields(cls()):
             print(f"algo.{key} = {value}\n    {doc}")
@@ -596,6 +619,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("presets", help="list presets (or an algorithm's hyperparameters with --algo NAME)")
     p.add_argument("--algo", default=None, help="show this algorithm's config keys (algo.<key>=...)")
+    p.add_argument(
+        "--plugin", action="append", default=[], metavar="FILE.py|MODULE", help="import this first (repeatable)"
+    )
     p.set_defaults(func=cmd_presets)
     return parser
 

@@ -16,7 +16,6 @@ from runners.rollout.collect import RolloutConfig
 
 
 CHOICES = {
-    "model.tiny": tuple(models.available()),
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.vision_tokens": ("cells", "agent"),
     "model.vision_state": ("residual", "gated"),
@@ -134,6 +133,11 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         value = _get(config, key)
         if value not in allowed:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of {', '.join(allowed)}")
+    if config.model.tiny not in models.available():  # looked up now: a plugin may have registered one
+        raise ConfigError(
+            f"model.tiny={config.model.tiny!r} is not allowed; choose one of {', '.join(models.available())} "
+            "(one of your own: load the file that registers it with --plugin FILE.py)"
+        )
     if config.algo.name not in algos.available():
         raise ConfigError(
             f"algo.name={config.algo.name!r} is not a registered algorithm; choose one of "
