@@ -2,14 +2,14 @@
 
 This is ``mazegym train`` without the command line: the ``cpu-maze-vlm`` preset (a recurrent
 conv vision encoder -> projector -> one-layer Qwen2 decoder, on VisMaze-v0's images and its
-fixed 64 mazes), with a shorter RL budget: 60 steps instead of 120 (budgets are steps, not minutes,
-so a slower machine runs the same recipe, only slower). ``--preset cpu-tiny`` runs the text LM on ASCII
+fixed 64 mazes), with a shorter RL budget: half the preset's steps, 20 instead of 40 (budgets are steps,
+not minutes, so a slower machine runs the same recipe, only slower). ``--preset cpu-tiny`` runs the text LM on ASCII
 mazes instead: the honest contrast, a small transformer that barely moves. Afterwards,
 ``mazegym report RUN_DIR`` turns the run into one HTML page::
 
     python examples/10_train_from_python.py [--rl-steps N] [--preset cpu-tiny] [--run-dir DIR]
 
-About 5 minutes on 2 CPU cores with the defaults (vision pretraining and SFT ~1.5, RL ~3.5).
+About 4 minutes on 2 CPU cores with the defaults (vision pretraining and SFT ~1, RL ~2.5).
 """
 
 import argparse

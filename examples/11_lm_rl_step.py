@@ -11,7 +11,7 @@ version and hot-loaded into the sampler, and the greedy solve rate on VisMaze-v0
 From a random model nothing is solved and nothing improves (the random policy rarely reaches a
 goal, so almost every group is all-zero and filtered out). From the main job's SFT model the solve
 rate climbs over tens of steps, with single evaluations swinging by a few mazes; the main job's own
-curve (60 steps) is in the README. The curve goes to ``--out``.
+curve (40 steps) is in the README. The curve goes to ``--out``.
 """
 
 import argparse
