@@ -299,8 +299,8 @@ def test_the_method_replacement_scan_finds_each_form(tmp_path):
 
 
 RUNNERS_LAYERS = [
-    ("runners.registry",),
-    ("runners.atomic", "runners.models"),
+    ("runners.registry", "runners.atomic"),
+    ("runners.models",),
     ("runners.rollout",),
     ("runners.config",),
     ("runners.train",),

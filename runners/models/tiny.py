@@ -20,9 +20,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from runners import atomic
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -148,18 +149,13 @@ def _is_built(out_dir: Path, digest: str) -> bool:
 
 
 def _save_atomically(out_dir: Path, write_fn, kind: str, digest: str) -> Path:
-    """Write into a temp dir next to ``out_dir`` then move it into place (safe with concurrent builders)."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    """Write into a temp dir next to ``out_dir`` then swap it into place (safe with concurrent builders)."""
+    tmp = atomic.temp_dir_beside(out_dir)
     try:
         write_fn(tmp)
-        (tmp / MARKER_FILE).write_text(json.dumps({"kind": kind, "hash": digest}, indent=2))
-        if out_dir.exists():
-            if _is_built(out_dir, digest):  # another process won the race
-                shutil.rmtree(tmp)
-                return out_dir
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        atomic.write_json(tmp / MARKER_FILE, {"kind": kind, "hash": digest})
+        if not _is_built(out_dir, digest):  # else another process won the race
+            atomic.replace_dir(tmp, out_dir)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
