@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", nargs="*", type=int, default=[], help="fixed encoder iteration counts")
     parser.add_argument("--first", type=int, default=64, help="play the first N mazes of each set (default 64)")
     parser.add_argument("--checkpoint", default=None, help="a checkpoint (default: latest, else the final adapter)")
+    parser.add_argument(
+        "--model", default=None, help="a model directory to evaluate as it is (RUN/sft/model: the policy before RL)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this markdown file")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
     parser.add_argument("--png", type=Path, default=None, help="draw the iterations curve to this PNG file")
@@ -83,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.png is not None and not args.iterations:
         parser.error("--png draws the --iterations sweep: give --iterations too")
     cli_args = argparse.Namespace(
-        run_dir=str(args.run_dir), preset=None, config=[], overrides=[], model=None, adapter=None,
+        run_dir=str(args.run_dir), preset=None, config=[], overrides=[], model=args.model, adapter=None,
         checkpoint=args.checkpoint, command="eval",
     )  # fmt: skip
     config = eval_config(cli_args)
     set_threads(config)
-    weights = resolve_weights(config, checkpoint=args.checkpoint)
+    weights = resolve_weights(config, checkpoint=args.checkpoint, model=args.model)
     model_dir, adapter, label = weights.model_dir, weights.adapter, weights.label
     generator = build_generator(config, model_dir, adapter)
     record: dict = {
