@@ -349,6 +349,9 @@ def _run_steps(
                 **syn,
                 **extra,
             }
+            rss = peak_rss_gb()
+            if rss is not None:
+                record["memory/peak_rss_gb"] = rss
             capped = deadline is not None and time.perf_counter() > deadline and step < config.loop.steps
             done = step >= config.loop.steps or capped
             if capped:
@@ -453,7 +456,7 @@ def finish_run(
             f"{timing['rl_steps_per_s']:.3f} steps/s; mean seconds per step by phase: {phases}"
         )
     if results["peak_rss_gb"] is not None:
-        table += f"\nPeak memory (RSS) of this process: {results['peak_rss_gb']:.2f} GB"
+        table += f"\nPeak memory (RSS) of this process: {results['peak_rss_gb']:.2f} GiB"
     artifacts = {
         "run_dir": str(run_dir),
         **extra_artifacts,

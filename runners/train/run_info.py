@@ -32,7 +32,7 @@ PACKAGES = (
 
 
 def peak_rss_gb() -> float | None:
-    """This process's peak resident memory so far, in GB (None where the OS does not report it)."""
+    """This process's peak resident memory so far, in GiB (None where the OS does not report it)."""
     try:
         import resource
     except ImportError:  # not on Windows
