@@ -349,9 +349,6 @@ def _run_steps(
                 **syn,
                 **extra,
             }
-            rss = peak_rss_gb()
-            if rss is not None:
-                record["memory/peak_rss_gb"] = rss
             capped = deadline is not None and time.perf_counter() > deadline and step < config.loop.steps
             done = step >= config.loop.steps or capped
             if capped:
