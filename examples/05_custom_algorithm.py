@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
-import numpy as np
 import torch
 
 import algos
@@ -28,7 +27,7 @@ from algos.advantages import discounted_returns_to_go
 from algos.base import Algorithm, AlgorithmConfig
 from algos.net_rollout import play_mazes, sample_mazes, solve_rate
 from algos.policies.net import MazeNetPolicy
-from mazegym import VisMazeEnv
+from mazegym.baselines import random_solve_rate
 from mazegym.recording import record_gif
 
 matplotlib.use("Agg")
@@ -59,20 +58,6 @@ class Reinforce(Algorithm):
         baseline = padded.nanmean(dim=0)  # the baseline lowers variance; it must not depend on the action
         advantages = torch.cat([g - baseline[: len(g)] for g in returns])
         return advantages / (advantages.std() + 1e-6), None
-
-
-def random_solve_rate(mazes, max_moves: int, seed: int = 0) -> float:
-    """Success rate of uniformly random legal moves: the bar a learner has to clear."""
-    rng, solved = np.random.default_rng(seed), 0
-    for maze in mazes:
-        env = VisMazeEnv(size=maze.size, max_moves=max_moves, obs_mode="text")
-        _, info = env.reset(options={"maze": maze})
-        done = False
-        while not done:
-            _, _, terminated, truncated, info = env.step(int(rng.choice(np.flatnonzero(info["action_mask"]))))
-            done = terminated or truncated
-        solved += info["is_success"]
-    return solved / len(mazes)
 
 
 def main() -> None:
