@@ -57,6 +57,13 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
         help="YAML or JSON config file, nested like the keys below (repeatable; applied in order)",
     )
     parser.add_argument("--run-dir", default=None, help="run directory (same as run_dir=...)")
+    _add_plugin_arg(parser)
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, e.g. rollout.group_size=8"
+    )
+
+
+def _add_plugin_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plugin",
         action="append",
@@ -64,9 +71,6 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.py|MODULE",
         help="import this first: your own file or module that registers an algorithm, a model kind or a rollout "
         "collector (repeatable; see docs/extending.md)",
-    )
-    parser.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, e.g. rollout.group_size=8"
     )
 
 
@@ -619,9 +623,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("presets", help="list presets (or an algorithm's hyperparameters with --algo NAME)")
     p.add_argument("--algo", default=None, help="show this algorithm's config keys (algo.<key>=...)")
-    p.add_argument(
-        "--plugin", action="append", default=[], metavar="FILE.py|MODULE", help="import this first (repeatable)"
-    )
+    _add_plugin_arg(p)
     p.set_defaults(func=cmd_presets)
     return parser
 
