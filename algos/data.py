@@ -54,6 +54,9 @@ class Turn:
     """The environment state the decision was taken in (VisMaze: the agent's cell, ``"row,col"``).
     Turns of one group with equal ``state`` are the *anchor states* of step-level credit (GiGPO);
     empty when unknown."""
+    path_cells: tuple[int, ...] = ()
+    """Demonstrations: the row-major indices of the squares on the shortest path from ``state`` to the goal, the
+    per-square target of a vision encoder's path loss; empty in rollouts."""
 
     @property
     def loss_mask(self) -> list[int]:

@@ -49,6 +49,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sizes", type=int, nargs="+", default=[7, 9, 11, 13, 17], help=f"of {sorted(SETS)}")
     parser.add_argument("--iterations", type=float, nargs="+", default=[1.0, 2.0], help="multiples of the scaled count")
+    parser.add_argument("--at", type=int, nargs="+", default=[], help="also play at these absolute iteration counts")
+    parser.add_argument(
+        "--train-depth",
+        type=int,
+        nargs=2,
+        default=[20, 20],
+        metavar=("LO", "HI"),
+        help="each batch runs a random number of iterations in [LO, HI] (20 20 = the preset's fixed depth)",
+    )
+    parser.add_argument("--train-sizes", type=int, nargs="+", default=[9], help="maze sizes trained on (<= 9)")
+    parser.add_argument("--width", type=int, default=32, help="encoder channels")
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument(
+        "--path-weight",
+        type=float,
+        default=0.0,
+        help="weight of a per-cell loss: is the cell on the shortest path from the agent to the goal (0 = off)",
+    )
     parser.add_argument("--first", type=int, default=32, help="mazes per set (the 9x9 set is always played whole)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
@@ -71,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     processor = MazeVLMImageProcessor(cell_px=25, patch_px=5, tokens="agent")
     envs: dict[int, VisMazeEnv] = {}
     depth = 20
-    encoder = RecurrentConvEncoder(5, 32, depth, tokens="agent", state=args.state)
-    optimizer = torch.optim.AdamW(encoder.parameters(), lr=2e-3, weight_decay=0.0)
+    encoder = RecurrentConvEncoder(5, args.width, depth, tokens="agent", state=args.state)
+    path_head = nn.Linear(2 * args.width, 1)
+    optimizer = torch.optim.AdamW([*encoder.parameters(), *path_head.parameters()], lr=args.lr, weight_decay=0.0)
 
     def grids(specs: list) -> torch.Tensor:
         images = []
@@ -97,16 +116,23 @@ def main(argv: list[str] | None = None) -> int:
         out = torch.relu(encoder.readout(torch.cat([state, recall], 1)))
         return out.permute(0, 2, 3, 1).reshape(grid.shape[0], -1, out.shape[1])
 
-    def move_loss(grid: torch.Tensor, cells: torch.Tensor, moves: torch.Tensor, free: int, trained: int):
-        logits = encoder.action_head(decisions(grid, free, trained)[torch.arange(len(cells)), cells])
-        return nn.functional.cross_entropy(logits, moves)
+    def move_loss(grid: torch.Tensor, cells: torch.Tensor, moves: torch.Tensor, free: int, trained: int, paths=None):
+        decision = decisions(grid, free, trained)
+        logits = encoder.action_head(decision[torch.arange(len(cells)), cells])
+        loss = nn.functional.cross_entropy(logits, moves)
+        if paths is not None and args.path_weight > 0:
+            on_path = path_head(decision).squeeze(-1)
+            loss = loss + args.path_weight * nn.functional.binary_cross_entropy_with_logits(on_path, paths)
+        return loss
 
-    stream = MazeStream(9, seed=args.seed)
+    streams = {size: MazeStream(size, seed=args.seed) for size in args.train_sizes}
     started = time.perf_counter()
     for step in range(1, args.steps + 1):
-        specs, cells, moves = [], [], []
+        size = int(rng.choice(args.train_sizes))
+        depth = int(rng.integers(args.train_depth[0], args.train_depth[1] + 1))
+        specs, cells, moves, paths = [], [], [], []
         while len(specs) < args.batch:
-            maze = next(stream)
+            maze = next(streams[size])
             distance = bfs_distances(maze.grid, maze.goal)
             open_cells = [(int(r), int(c)) for r, c in np.argwhere(~maze.grid) if (int(r), int(c)) != maze.goal]
             cell = open_cells[int(rng.integers(len(open_cells)))]
@@ -114,13 +140,17 @@ def main(argv: list[str] | None = None) -> int:
                 distance[n] if (n := next_cell(maze.grid, cell, a)) != cell else math.inf for a in range(4)
             ]
             specs.append(MazeSpec(maze.grid, cell, maze.goal))
-            cells.append(cell[0] * 9 + cell[1])
+            cells.append(cell[0] * size + cell[1])
             moves.append(int(np.argmin(steps_to_goal)))
+            if args.path_weight > 0:
+                from_agent = bfs_distances(maze.grid, cell)
+                paths.append((distance + from_agent == distance[cell]).reshape(-1))
         grid, cells_t, moves_t = grids(specs), torch.tensor(cells), torch.tensor(moves)
-        scores = encoder.agent_score(grid.reshape(len(specs), 81, -1)).squeeze(-1) * encoder.score_scale
+        paths_t = torch.tensor(np.stack(paths), dtype=torch.float32) if paths else None
+        scores = encoder.agent_score(grid.reshape(len(specs), size * size, -1)).squeeze(-1) * encoder.score_scale
         loss = nn.functional.cross_entropy(scores, cells_t)
         if args.progressive < 1.0:
-            loss = loss + (1 - args.progressive) * move_loss(grid, cells_t, moves_t, 0, depth)
+            loss = loss + (1 - args.progressive) * move_loss(grid, cells_t, moves_t, 0, depth, paths_t)
         if args.progressive > 0.0:
             free = int(rng.integers(0, depth))
             loss = loss + args.progressive * move_loss(
@@ -152,12 +182,13 @@ def main(argv: list[str] | None = None) -> int:
 
     record = {"state": args.state, "progressive": args.progressive, "steps": args.steps, "seed": args.seed}
     record["train_seconds"], record["rates"] = time.perf_counter() - started, {}
-    print(f"\n| size | {' | '.join(f'{m:g}x depth' for m in args.iterations)} |")
-    print("|---|" + "---|" * len(args.iterations))
+    print(f"\n| size | {' | '.join([f'{m:g}x depth' for m in args.iterations] + [f'{n} it.' for n in args.at])} |")
+    print("|---|" + "---|" * (len(args.iterations) + len(args.at)))
+    depth = 20
     for size in args.sizes:
         cells = []
-        for multiple in args.iterations:
-            iterations = max(1, math.ceil(depth * size / 9 * multiple))
+        counts = [max(1, math.ceil(depth * size / 9 * m)) for m in args.iterations] + list(args.at)
+        for iterations in counts:
             rate = walk_solve_rate(SETS[size], iterations, 64 if size == 9 else args.first)
             record["rates"][f"{size}@{iterations}"] = rate
             cells.append(f"{rate:.1%} ({iterations} it.)")

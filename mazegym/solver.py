@@ -48,6 +48,17 @@ def bfs_distances(grid: np.ndarray, target: tuple[int, int]) -> np.ndarray:
     return np.asarray(dist, dtype=np.int32).reshape(grid.shape)
 
 
+def shortest_path_cells(grid: np.ndarray, start: tuple[int, int], goal: tuple[int, int]) -> np.ndarray:
+    """Row-major indices of the squares on a shortest path from ``start`` to ``goal`` (both ends included; in a maze
+    with loops, the squares of every shortest path). Empty when the goal is unreachable."""
+    to_goal = bfs_distances(grid, goal)
+    if to_goal[start] < 0:
+        return np.zeros(0, dtype=np.int64)
+    from_start = bfs_distances(grid, start)
+    on_path = (to_goal >= 0) & (from_start >= 0) & (to_goal + from_start == to_goal[start])
+    return np.flatnonzero(on_path)
+
+
 def next_cell(grid: np.ndarray, cell: tuple[int, int], action: int) -> tuple[int, int]:
     """The cell a move (0-3) leads to: the neighbour, or ``cell`` itself when a wall blocks it (the env's rule)."""
     r, c = cell[0] + MOVES[action][0], cell[1] + MOVES[action][1]

@@ -372,3 +372,28 @@ def test_env_ids_and_eval_set_names_follow_one_rule():
     assert "Names: env ids and eval sets" in page
     with pytest.raises(KeyError, match="an env id; its fixed 64-maze set is 'heldout-7x7'"):
         load_eval_set("VisMaze-7x7-v0")
+
+
+def test_shortest_path_cells_on_a_hand_drawn_maze():
+    """The squares between start and goal, both ends included; a dead end and a wall are not on it; every square of
+    two equally short routes is; an unreachable goal gives none."""
+    from mazegym.solver import shortest_path_cells
+
+    # 0 = floor, 1 = wall. From (1,1) to (3,3): down the left column, along the bottom row; (1,3) is a dead end.
+    grid = np.array(
+        [
+            [1, 1, 1, 1, 1],
+            [1, 0, 1, 0, 1],
+            [1, 0, 1, 0, 1],
+            [1, 0, 0, 0, 1],
+            [1, 1, 1, 1, 1],
+        ],
+        dtype=bool,
+    )
+    cells = shortest_path_cells(grid, (1, 1), (3, 3))
+    assert cells.tolist() == [6, 11, 16, 17, 18]  # (1,1) (2,1) (3,1) (3,2) (3,3), row-major on a 5-wide grid
+    loop = np.zeros((4, 4), dtype=bool)  # open 4x4: two shortest routes round the square from (0,0) to (1,1)
+    assert sorted(shortest_path_cells(loop, (0, 0), (1, 1)).tolist()) == [0, 1, 4, 5]
+    walled = grid.copy()
+    walled[3, 2] = True
+    assert shortest_path_cells(walled, (1, 1), (3, 3)).size == 0

@@ -386,3 +386,61 @@ def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_pa
     random_solved = np.mean([random_solve_rate(hard, max_moves, seed) for seed in range(4)])
     assert random_solved * len(hard) < 1
     assert solved >= 6, result
+
+
+def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path):
+    """With a path weight the loss adds the path head's binary cross-entropy at every cell; the head learns it."""
+    from mazegym.solver import oracle_actions, shortest_path_cells
+
+    directory = build_maze_vlm(
+        tmp_path / "m",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vision={"width": 8, "iterations": 4, "path_head": True},
+    )
+    model = MazeVLMForConditionalGeneration.from_pretrained(directory)
+    specs = load_eval_set("VisMaze-v0")[:8]
+    pixels = MazeVLMImageProcessor()(images=[frame(s) for s in specs], return_tensors="pt")
+    cells = torch.tensor([s.start[0] * 9 + s.start[1] for s in specs])
+    actions = torch.tensor([int(oracle_actions(s)[0]) for s in specs])
+    on_path = []
+    for s in specs:
+        mask = torch.zeros(81)
+        mask[shortest_path_cells(s.grid, s.start, s.goal).tolist()] = 1.0
+        on_path.append(mask)
+    args = (pixels["pixel_values"], pixels["image_grid_thw"], cells, actions)
+    without, _ = model.vision_pretraining_loss(*args)
+    with_path, _ = model.vision_pretraining_loss(*args, on_path=on_path, path_weight=0.5)
+    _, _, decisions = model.encode_images(pixels["pixel_values"], pixels["image_grid_thw"])
+    logits = model.vision_tower.path_head(torch.cat(decisions)).squeeze(-1)
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.cat(on_path))
+    assert float(with_path - without) == pytest.approx(0.5 * float(expected), rel=1e-5)
+    with pytest.raises(ValueError, match="path_head"):
+        MazeVLMForConditionalGeneration.from_pretrained(model_dir_without_path_head(tmp_path)).vision_pretraining_loss(
+            *args, on_path=on_path, path_weight=0.5
+        )
+    opt = torch.optim.AdamW(model.vision_tower.parameters(), lr=1e-2)
+    for _ in range(40):
+        opt.zero_grad()
+        _, _, decisions = model.encode_images(pixels["pixel_values"], pixels["image_grid_thw"])
+        logits = model.vision_tower.path_head(torch.cat(decisions)).squeeze(-1)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.cat(on_path))
+        loss.backward()
+        opt.step()
+    assert float(loss) < 0.6 * float(expected)
+
+
+def model_dir_without_path_head(tmp_path):
+    """A MazeVLM built with the default vision config (no path head)."""
+    return build_maze_vlm(
+        tmp_path / "plain",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vision={"width": 8, "iterations": 4},
+    )

@@ -49,6 +49,7 @@ DEFAULT_VISION_CONFIG = {
     "readout": "conv",
     "tokens": "cells",
     "state": "residual",
+    "path_head": False,
 }
 """Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, the
 classes of its pretraining head (the env's moves), its decision readout ("conv": a 3x3 conv
@@ -56,7 +57,8 @@ over the routing state, "cell": the cell's own features), and the vision tokens 
 the language model ("cells": one per maze cell; "agent": one token, the features pooled at the
 agent's cell, whatever the maze's size), and how the recurrent block updates its state ("residual":
 ``relu(state + conv(...))``; "gated": a convolutional-GRU-style convex mix of the state and a tanh
-candidate, bounded, so it stays stable when run for more iterations than it was trained with)."""
+candidate, bounded, so it stays stable when run for more iterations than it was trained with), and whether it has a
+second pretraining head, ``path_head``: per cell, is the cell on the shortest path from the agent to the goal."""
 
 VISION_TOKENS = ("cells", "agent")
 """Values of ``vision_config["tokens"]``."""
@@ -97,6 +99,7 @@ class RecurrentConvEncoder(nn.Module):
         readout: str = "conv",
         tokens: str = "cells",
         state: str = "residual",
+        path_head: bool = False,
     ):
         super().__init__()
         if readout not in ("conv", "cell"):
@@ -126,6 +129,9 @@ class RecurrentConvEncoder(nn.Module):
         self.score_scale = nn.Parameter(torch.tensor(10.0))
         # Used only by vision pretraining (as BERT keeps its pretraining heads); generation never reads it.
         self.action_head = nn.Linear(2 * width, num_actions)
+        # Also pretraining only: a target at every cell instead of one move per maze (Bansal et al. 2022 train on the
+        # solution path alone), which teaches the recurrence a rule that holds on mazes of any size.
+        self.path_head = nn.Linear(2 * width, 1) if path_head else None
 
     def step_weights(self, recall: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The weight-tied block split by what it reads: ``(state_weight, recall_part)``.
@@ -231,6 +237,7 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             vision.get("readout", "conv"),
             vision.get("tokens", "cells"),
             vision.get("state", "residual"),
+            vision.get("path_head", False),
         )
         self.multi_modal_projector = nn.Sequential(
             nn.Linear(4 * vision["width"], config.hidden_size),
@@ -267,13 +274,21 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
         return self.multi_modal_projector(torch.cat(tokens)), scores
 
     def vision_pretraining_loss(
-        self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, agent_cells: torch.Tensor, actions: torch.Tensor
+        self,
+        pixel_values: torch.Tensor,
+        image_grid_thw: torch.Tensor,
+        agent_cells: torch.Tensor,
+        actions: torch.Tensor,
+        on_path: list[torch.Tensor] | None = None,
+        path_weight: float = 0.0,
     ) -> tuple[torch.Tensor, float]:
         """Vision-encoder pretraining objective on one image per example: (loss, move accuracy).
 
         The cross-entropy of ``vision_tower.action_head`` read from the encoder's decision features
-        at the agent's cell against the demonstrated move, plus the agent-localisation cross-entropy.
-        It trains the encoder alone,
+        at the agent's cell against the demonstrated move, plus the agent-localisation cross-entropy,
+        plus (``path_weight > 0``) ``path_weight`` times the binary cross-entropy of ``vision_tower.path_head``
+        at every cell against ``on_path`` (per image, a 0/1 float per cell, row-major: the cells of the shortest path
+        from the agent to the goal). It trains the encoder alone,
         as vision towers are pretrained before a projector connects them to a language model:
         the encoder's routing is learnt from a direct per-move signal, not through a decoder
         that is itself still random.
@@ -288,7 +303,13 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             [nn.functional.cross_entropy(s[None].float(), c.view(1)) for s, c in zip(scores, agent_cells)]
         ).mean()
         accuracy = float((logits.argmax(-1) == actions).float().mean())
-        return move_loss + locate_loss, accuracy
+        loss = move_loss + locate_loss
+        if path_weight > 0:
+            if self.vision_tower.path_head is None or on_path is None:
+                raise ValueError("a path loss needs an encoder built with path_head and each image's on_path cells")
+            path_logits = self.vision_tower.path_head(torch.cat(decisions)).squeeze(-1)
+            loss = loss + path_weight * nn.functional.binary_cross_entropy_with_logits(path_logits, torch.cat(on_path))
+        return loss, accuracy
 
     def forward(
         self,

@@ -47,6 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from runners import models
+from runners.config.derived import eval_vision_iterations
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -255,10 +256,7 @@ class ServedPolicy:
     def vision_iterations(self, size: int) -> int | None:
         """Recurrent vision iterations for mazes of ``size`` cells a side, as ``mazegym eval`` scales them
         (:func:`runners.train.steps.vision_iterations_for`); ``None`` to leave the model's own."""
-        base = self._base_iterations()
-        if base is None or not self.config.eval.scale_vision_iterations or size <= self.config.maze.size:
-            return None
-        return int(np.ceil(base * size / self.config.maze.size))
+        return eval_vision_iterations(self.config, self._base_iterations(), size)
 
     def _base_iterations(self) -> int | None:
         """The served model's own recurrent vision iterations (``None``: it has no recurrent vision encoder)."""

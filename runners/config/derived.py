@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from runners import models
@@ -23,6 +24,19 @@ def env_kwargs(config: TrainConfig) -> dict[str, Any]:
 def rollout_config(config: TrainConfig) -> RolloutConfig:
     """The rollout settings actually used (config.rollout plus implied env kwargs)."""
     return dataclasses.replace(config.rollout, env_kwargs=env_kwargs(config))
+
+
+def eval_vision_iterations(config: TrainConfig, base: int | None, size: int) -> int | None:
+    """Recurrent vision iterations for evaluating mazes of ``size`` cells a side, given the model's own ``base``:
+    ``eval.vision_iterations`` when set, else ``ceil(base x size / maze.size)`` on larger mazes than ``maze.size``
+    (``eval.scale_vision_iterations``); ``None`` = leave the model's own (or it has no recurrent encoder)."""
+    if base is None:
+        return None
+    if config.eval.vision_iterations:
+        return config.eval.vision_iterations
+    if not config.eval.scale_vision_iterations or size <= config.maze.size:
+        return None
+    return math.ceil(base * size / config.maze.size)
 
 
 def step_seed(config: TrainConfig, step: int) -> int:

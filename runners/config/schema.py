@@ -38,8 +38,8 @@ class ModelConfig:
     vision_width: int = 32
     """Tiny maze-vlm only: channels of the recurrent conv vision encoder."""
     vision_iterations: int = 20
-    """Tiny maze-vlm only: iterations of the recurrent conv block when the model is built (raise it at inference for
-    larger mazes with eval.vision_iterations).
+    """Tiny maze-vlm only: iterations of the recurrent conv block when the model is built (evaluation scales it with
+    the maze's size, eval.scale_vision_iterations, or fixes it, eval.vision_iterations).
     """
     vision_tokens: str = "cells"
     """Tiny maze-vlm only: the vision tokens an image gives the decoder: "cells" (one per maze cell, so the prompt
@@ -132,6 +132,15 @@ class SFTConfig:
     """
     vision_lr: float = 2e-3
     """Constant AdamW learning rate of vision pretraining."""
+    vision_iterations: list[int] = field(default_factory=list)
+    """``[low, high]``: each vision pretraining batch runs the recurrent encoder a random number of iterations in
+    that range (inclusive), so the recurrence learns to reach and then hold its answer at any depth, not only at
+    ``model.vision_iterations`` (random depths, as in Bansal et al. 2022); ``[]`` = the model's own fixed count.
+    """
+    vision_path_weight: float = 0.0
+    """Weight of vision pretraining's path loss: at every cell, is it on the shortest path from the agent to the goal
+    (a target at every cell, not one move per maze; MazeVLM's ``path_head``). 0 = the move and localisation losses
+    only."""
     seed: int = 0
     """Seed of model init order, batching and detours."""
     freeze_vision: bool = True
@@ -197,6 +206,11 @@ class EvalConfig:
     scale_vision_iterations: bool = True
     """Models with a recurrent vision encoder (MazeVLM): on sets of larger mazes than maze.size, run ceil(iterations x
     set size / maze.size) encoder iterations (no retraining).
+    """
+    vision_iterations: int = 0
+    """Models with a recurrent vision encoder: run this many encoder iterations on every evaluated set instead
+    (test-time compute: more iterations for larger mazes; `benchmarks/extrapolation.py --iterations` sweeps it);
+    0 = the model's own count, scaled as above.
     """
 
 

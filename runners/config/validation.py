@@ -41,6 +41,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "model.vision_width": (1, 4096, False),
     "model.vision_iterations": (1, 10_000, False),
     "model.vision_grad_iterations": (0, 10_000, False),
+    "eval.vision_iterations": (0, 10_000, False),
     "lora.alpha": (0.0, None, True),
     "lora.dropout": (0.0, 0.999, False),
     "loop.mazes_per_step": (1, 100_000, False),
@@ -61,6 +62,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "sft.detours": (0, 10_000, False),
     "sft.vision_steps": (0, 10_000_000, False),
     "sft.localization_weight": (0.0, None, False),
+    "sft.vision_path_weight": (0.0, None, False),
     "loop.parity_every": (0, 10_000_000, False),
     "runner.num_gpus": (0, 100_000, False),
     "runner.num_workers": (1, 100_000, False),
@@ -168,6 +170,16 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"maze.eval_set={config.maze.eval_set!r} has "
             f"{EVAL_SETS[config.maze.eval_set].size}x{EVAL_SETS[config.maze.eval_set].size} mazes "
             f"but maze.size={config.maze.size}; pick the set of your size"
+        )
+    depths = config.sft.vision_iterations
+    if depths and (
+        len(depths) != 2
+        or not all(isinstance(d, int) and not isinstance(d, bool) for d in depths)
+        or not 1 <= depths[0] <= depths[1] <= 10_000
+    ):
+        raise ConfigError(
+            f"sft.vision_iterations={depths!r} must be [] or [low, high] with 1 <= low <= high <= 10000 "
+            "(integers: the range of encoder iterations a vision pretraining batch runs)"
         )
     if config.maze.size < 5 or config.maze.size % 2 == 0:
         raise ConfigError(f"maze.size must be odd and >= 5, got {config.maze.size}")

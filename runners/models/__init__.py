@@ -66,9 +66,10 @@ class ModelSpec:
     loss (``processed``: the image processor's tensors for the turns' images, one image per turn)."""
     vision_parameters: Callable[[Any], list[Any]] | None = None
     """``vision_parameters(model)``: the trainable parameters vision pretraining updates."""
-    vision_pretraining_loss: Callable[[Any, dict[str, Any], list[Any]], tuple[Any, float]] | None = None
-    """``vision_pretraining_loss(model, processed, turns)``: (loss, move accuracy) of the vision encoder's own
-    objective on one-image turns that record the agent's cell and the move."""
+    vision_pretraining_loss: Callable[..., tuple[Any, float]] | None = None
+    """``vision_pretraining_loss(model, processed, turns, path_weight=0.0)``: (loss, move accuracy) of the vision
+    encoder's own objective on one-image turns that record the agent's cell and the move (``path_weight > 0``: plus
+    a per-cell loss against the turns' ``path_cells``; a kind without one raises)."""
     vision_iterations: Callable[[Any], int | None] | None = None
     """``vision_iterations(model)``: how many iterations the recurrent vision encoder runs now."""
     run_vision_iterations: Callable[[Any, int], Any] | None = None

@@ -33,6 +33,7 @@ def build(config: Any, out: Path) -> None:
             "patch_px": m.vision_patch_px,
             "tokens": m.vision_tokens,
             "state": m.vision_state,
+            "path_head": True,
         },
         **decoder_shape(m),
     )
@@ -69,17 +70,29 @@ def vision_parameters(model: Any) -> list[Any]:
     return [p for p in _base(model).vision_tower.parameters() if p.requires_grad]
 
 
-def vision_pretraining_loss(model: Any, processed: dict[str, Any], turns: list[Any]) -> tuple[Any, float]:
-    """(loss, move accuracy) of the encoder's action head at each turn's agent cell against the turn's move."""
+def vision_pretraining_loss(
+    model: Any, processed: dict[str, Any], turns: list[Any], path_weight: float = 0.0
+) -> tuple[Any, float]:
+    """(loss, move accuracy) of the encoder's action head at each turn's agent cell against the turn's move, plus
+    ``path_weight`` times its path head's loss against each turn's ``path_cells``."""
     import torch
 
     inner = _base(model)
     device = next(inner.vision_tower.parameters()).device
+    on_path = None
+    if path_weight > 0:
+        on_path = []
+        for (_, rows, cols), turn in zip(processed["image_grid_thw"].tolist(), turns):
+            mask = torch.zeros(int(rows) * int(cols), device=device)
+            mask[list(turn.path_cells)] = 1.0
+            on_path.append(mask)
     return inner.vision_pretraining_loss(
         processed["pixel_values"].to(device),
         processed["image_grid_thw"].to(device),
         agent_cells=agent_cells(processed["image_grid_thw"], turns).to(device),
         actions=torch.tensor([int(t.action) for t in turns], device=device),
+        on_path=on_path,
+        path_weight=path_weight,
     )
 
 

@@ -17,7 +17,7 @@ from algos.data import Turn
 from mazegym.evalsets import MazeStream
 from mazegym.llm import build_messages, format_action, system_prompt, user_message
 from mazegym.maze import MazeSpec
-from mazegym.solver import oracle_actions
+from mazegym.solver import oracle_actions, shortest_path_cells
 from runners.rollout.env import make_env
 
 
@@ -68,6 +68,7 @@ def demo_turns(
                 action=int(action),
                 text=reply,
                 state="{},{}".format(*env.unwrapped.agent_pos),
+                path_cells=tuple(shortest_path_cells(spec.grid, tuple(env.unwrapped.agent_pos), spec.goal).tolist()),
             )
         )
         past.append((current, reply))

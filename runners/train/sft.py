@@ -15,6 +15,7 @@ how good the SFT start is; the CPU preset picks it so the start is clearly imper
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -102,6 +103,9 @@ def pretrain_vision(
     image_processor: Any,
     log: Callable[[int, dict[str, float]], None] | None = None,
     threads: int = 1,
+    iterations: Sequence[int] = (),
+    seed: int = 0,
+    path_weight: float = 0.0,
 ) -> dict[str, float]:
     """AdamW on the model's vision pretraining objective (its spec's ``vision_pretraining_loss``) over ``steps``
     batches of demonstration moves.
@@ -111,7 +115,9 @@ def pretrain_vision(
     (``Turn.state``) and move.
     With ``threads > 1`` each batch is cut into that many parts, each part's gradient computed on
     a copy of the model in a thread of its own (:class:`algos.parallel.Replicas`) and the parts'
-    gradients added, weighted by their share of the batch. Returns the final metrics.
+    gradients added, weighted by their share of the batch. ``iterations=(low, high)`` runs each batch's recurrent
+    encoder a count drawn uniformly from that range (a generator seeded by ``seed``, apart from the demonstrations');
+    ``path_weight > 0`` adds the spec's per-cell path loss. Returns the final metrics.
     """
     from algos.parallel import Replicas
     from runners.rollout.generation.prompts import to_pil
@@ -124,9 +130,16 @@ def pretrain_vision(
     model.train()
     replicas = Replicas(model, threads, spec.vision_parameters) if threads > 1 else None
 
+    if iterations and spec.run_vision_iterations is None:
+        raise ValueError(f"the {spec.name} model has no recurrent vision encoder to run at random depths")
+    depths = np.random.default_rng([seed, 0x5EED]) if iterations else None
+    depth: int | None = None
+
     def part_loss(m: torch.nn.Module, part: list[Turn]) -> tuple[float, float]:
         processed = image_processor(images=[to_pil(t.images[0]) for t in part], return_tensors="pt")
-        loss, accuracy = spec.vision_pretraining_loss(m, processed, part)
+        with spec.run_vision_iterations(m, depth) if depth else contextlib.nullcontext():
+            extra = {"path_weight": path_weight} if path_weight > 0 else {}
+            loss, accuracy = spec.vision_pretraining_loss(m, processed, part, **extra)
         share = len(part) / batch_size
         (loss * share).backward()
         return loss.item() * share, accuracy * share
@@ -137,6 +150,8 @@ def pretrain_vision(
         turns = demos.batch(batch_size)
         if not all(len(t.images) == 1 and t.state and t.action is not None for t in turns):
             raise ValueError("vision pretraining needs image turns that record the agent's cell and the move")
+        if depths is not None:
+            depth = int(depths.integers(iterations[0], iterations[1] + 1))
         opt.zero_grad(set_to_none=True)
         if replicas is None:
             loss, accuracy = part_loss(model, turns)
@@ -389,6 +404,9 @@ def _run_sft_into(
                 image_processor=image_processor,
                 log=on_vision_step,
                 threads=sft_threads(config),
+                iterations=config.sft.vision_iterations,
+                seed=config.sft.seed,
+                path_weight=config.sft.vision_path_weight,
             )
         finally:
             vision_progress.close()

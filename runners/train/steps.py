@@ -20,14 +20,13 @@ import contextlib
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from algos.data import Episode
 from mazegym.evalsets import MazeStream
 from runners import models
 from runners.config import TrainConfig
-from runners.config.derived import rollout_config, step_seed
+from runners.config.derived import eval_vision_iterations, rollout_config, step_seed
 from runners.rollout import collectors
 from runners.rollout.collect import RolloutConfig, collect_groups
 from runners.rollout.evaluate import evaluate_set, play_eval_mazes
@@ -165,20 +164,19 @@ def eval_episodes(generator: Any, config: TrainConfig, set_name: str, start: int
 
 @contextlib.contextmanager
 def vision_iterations_for(generator: Any, config: TrainConfig, set_name: str):
-    """Within the block, a recurrent vision encoder runs more iterations on sets of larger mazes.
+    """Within the block, a recurrent vision encoder runs the iterations :func:`eval_vision_iterations` gives the set
+    (more on larger mazes, or ``eval.vision_iterations``).
 
-    Yields the iteration count used (None when the model has no recurrent encoder, scaling is
-    off, or the set's mazes are not larger than ``maze.size``); restores the count afterwards.
+    Yields the iteration count used (None when it leaves the model's own); restores the count afterwards.
     """
     from mazegym.evalsets import EVAL_SETS
 
     model = getattr(generator, "model", None)
     spec = models.spec_of(model)
     base = spec.vision_iterations(model) if spec is not None and spec.vision_iterations is not None else None
-    size = EVAL_SETS[set_name].size
-    if base is None or not config.eval.scale_vision_iterations or size <= config.maze.size:
+    iterations = eval_vision_iterations(config, base, EVAL_SETS[set_name].size)
+    if iterations is None:
         yield None
         return
-    iterations = int(np.ceil(base * size / config.maze.size))
     with spec.run_vision_iterations(model, iterations):
         yield iterations
