@@ -62,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=32, help="encoder channels")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument(
+        "--grad-iterations",
+        type=int,
+        default=0,
+        help="backpropagate through only the last K iterations of each batch (0 = all; the earlier run without gradient)",
+    )
+    parser.add_argument(
         "--path-weight",
         type=float,
         default=0.0,
@@ -150,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         scores = encoder.agent_score(grid.reshape(len(specs), size * size, -1)).squeeze(-1) * encoder.score_scale
         loss = nn.functional.cross_entropy(scores, cells_t)
         if args.progressive < 1.0:
-            loss = loss + (1 - args.progressive) * move_loss(grid, cells_t, moves_t, 0, depth, paths_t)
+            free = max(0, depth - args.grad_iterations) if args.grad_iterations else 0
+            loss = loss + (1 - args.progressive) * move_loss(grid, cells_t, moves_t, free, depth - free, paths_t)
         if args.progressive > 0.0:
             free = int(rng.integers(0, depth))
             loss = loss + args.progressive * move_loss(

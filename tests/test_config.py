@@ -80,6 +80,10 @@ def test_bad_values_fail_fast(override, message):
         ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),
         ("algo.lr=-1", "lr must be positive"),
         ("algo.name=ppo algo.vf_coef=x", "algo.vf_coef"),
+        ("sft.vision_iterations=[40,10]", r"sft.vision_iterations=\[40, 10\] must be \[\] or \[low, high\]"),
+        ("sft.vision_iterations=[5]", "sft.vision_iterations"),
+        ("sft.vision_path_weight=-1", "sft.vision_path_weight=-1.0 is out of range"),
+        ("eval.vision_iterations=-2", "eval.vision_iterations=-2 is out of range"),
     ],
 )
 def test_validation_errors_say_what_to_fix(override, message):
@@ -266,3 +270,18 @@ def test_vllm_serves_modules_trained_in_full_only_for_maze_vlm_encoders():
             C.apply_overrides(get_preset("cpu-tiny-vlm"), ["loop.engine=vllm", "lora.modules_to_save=visual"]),
             need_model=False,
         )
+
+
+def test_evaluation_scales_the_encoder_iterations_with_the_maze_or_fixes_them():
+    from runners.config.derived import eval_vision_iterations
+
+    cfg = get_preset("cpu-maze-vlm")  # trained on 9x9 at 20 iterations
+    assert eval_vision_iterations(cfg, 20, 9) is None  # the model's own count on its own size
+    assert eval_vision_iterations(cfg, 20, 7) is None  # and on smaller mazes
+    assert eval_vision_iterations(cfg, 20, 13) == 29  # ceil(20 * 13 / 9)
+    assert eval_vision_iterations(cfg, 20, 21) == 47
+    assert eval_vision_iterations(cfg, None, 21) is None  # no recurrent encoder
+    off = C.apply_overrides(cfg, ["eval.scale_vision_iterations=false"])
+    assert eval_vision_iterations(off, 20, 21) is None
+    fixed = C.apply_overrides(cfg, ["eval.vision_iterations=60"])
+    assert eval_vision_iterations(fixed, 20, 7) == 60 and eval_vision_iterations(fixed, 20, 21) == 60

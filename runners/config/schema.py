@@ -127,8 +127,8 @@ class SFTConfig:
     """
     vision_steps: int = 0
     """Vision-encoder pretraining steps before the SFT steps (models with a vision pretraining objective: MazeVLM): the
-    encoder alone learns the demonstrated move from its agent context and the agent's cell, on the same
-    demonstration stream (the demonstration budget is (vision_steps + steps) x batch_size moves). 0 = none.
+    encoder alone learns the oracle's move at the agent's cell, one random open cell of each fresh maze (the
+    demonstration budget is (vision_steps + steps) x batch_size moves). 0 = none.
     """
     vision_lr: float = 2e-3
     """Constant AdamW learning rate of vision pretraining."""

@@ -36,6 +36,7 @@ def demo_turns(
     random_start: bool = False,
     state_prompt: bool = False,
     size_free_prompt: bool = False,
+    max_turns: int | None = None,
 ) -> list[Turn]:
     """One oracle play of ``spec`` as training turns, built exactly like a rollout turn.
 
@@ -43,7 +44,8 @@ def demo_turns(
     ``random_start`` starts the play from a uniformly random open cell instead of ``spec.start``
     (never producing an evaluation maze), so demonstrations also cover cells off the shortest path.
     ``state_prompt`` builds the user turns as the rollout's ``state_prompt`` does (no counter, no move feedback);
-    ``size_free_prompt`` writes the system prompt as the rollout's ``size_free_prompt`` does.
+    ``size_free_prompt`` writes the system prompt as the rollout's ``size_free_prompt`` does; ``max_turns`` keeps
+    only the play's first turns.
     """
     if random_start:
         spec = random_start_maze(spec, rng or np.random.default_rng())
@@ -56,7 +58,7 @@ def demo_turns(
     system = system_prompt(spec.size, max_moves, obs_mode, size_free=size_free_prompt)
     past: list[tuple[dict, str]] = []
     turns = []
-    for action in actions:
+    for action in actions[:max_turns]:
         current = user_message(obs, info, obs_mode=obs_mode, state_only=state_prompt)
         ids, images = encoder.encode(build_messages(system, past, current, history, history_k))
         reply = format_action(int(action))

@@ -360,7 +360,7 @@ def _run_sft_into(
     encoder = ChatEncoder(tokenizer, image_processor, image_token_id_of(base))
     rc = rollout_config(config)
 
-    def make_turns(spec, rng):
+    def make_turns(spec, rng, vision: bool = False):
         return demo_turns(
             spec,
             encoder,
@@ -368,13 +368,14 @@ def _run_sft_into(
             obs_mode=rc.obs_mode,
             history=rc.history,
             history_k=rc.history_k,
-            detours=config.sft.detours,
+            detours=0 if vision else config.sft.detours,
+            max_turns=1 if vision else None,
             rng=rng,
             eos_id=tokenizer.eos_token_id,
             env_kwargs=rc.env_kwargs,
             state_prompt=rc.state_prompt,
             size_free_prompt=rc.size_free_prompt,
-            random_start=config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts),
+            random_start=vision or (config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts)),
         )
 
     demos = DemoStream(mazes, make_turns, seed=config.sft.seed)
@@ -394,10 +395,13 @@ def _run_sft_into(
         vision_progress, on_vision_step = _step_logger(
             config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"
         )
+        # The encoder learns from one random open cell of each fresh maze: far more mazes for the same number of
+        # moves than whole demonstrations give, which is what lets its routing hold on larger mazes.
+        cells = DemoStream(mazes, lambda spec, rng: make_turns(spec, rng, vision=True), seed=config.sft.seed)
         try:
             vision_final = pretrain_vision(
                 model,
-                demos,
+                cells,
                 steps=config.sft.vision_steps,
                 batch_size=config.sft.batch_size,
                 lr=config.sft.vision_lr,
