@@ -3,6 +3,9 @@
     python benchmarks/encoder_extrapolation.py --state residual           # the encoder as built by default
     python benchmarks/encoder_extrapolation.py --state gated              # the bounded, gated state update
     python benchmarks/encoder_extrapolation.py --state residual --progressive 0.5   # Bansal et al.'s progressive loss
+    python benchmarks/encoder_extrapolation.py --state gated --steps 600 --train-depth 10 40 --path-weight 1.0
+                                                                          # the preset's vision pretraining
+    python benchmarks/encoder_extrapolation.py --model RUN/sft/model     # a trained run's encoder, no training
 
 Trains the encoder alone, as the SFT stage's vision pretraining does (AdamW lr 2e-3, batches of 128
 BFS moves from random open cells of fresh 9x9 mazes, the move read at the agent's cell by a linear head,
@@ -11,7 +14,10 @@ agent's cell, no decoder, no solver) on the fixed sets of each size with the enc
 ``--iterations`` (a multiple of the size-scaled count ``ceil(20 * size / 9)``). A recurrence that
 extrapolates keeps or raises its solve rate as iterations grow; one that "overthinks" collapses.
 ``--progressive ALPHA`` mixes the loss after the full 20 iterations with (weight ALPHA) the loss after
-n iterations without gradient followed by k with it (n, k random; Bansal et al. 2022). One thread;
+n iterations without gradient followed by k with it (n, k random; Bansal et al. 2022); ``--train-depth LO HI``
+runs each batch a random number of iterations; ``--path-weight W`` adds the per-cell path loss
+(``sft.vision_path_weight``). Unlike the SFT stage it takes every batch's cells from fresh mazes of its own
+stream, one thread, and the head of the path loss is its own. One thread;
 results differ across machines and seeds. Writes nothing unless ``--json PATH``.
 """
 
@@ -62,10 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=32, help="encoder channels")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="play the encoder of this MazeVLM directory (e.g. RUN/sft/model) instead of training one",
+    )
+    parser.add_argument(
         "--grad-iterations",
         type=int,
         default=0,
-        help="backpropagate through only the last K iterations of each batch (0 = all; the earlier run without gradient)",
+        help="backpropagate through only the last K iterations of each batch (0 = all; earlier ones run without it)",
     )
     parser.add_argument(
         "--path-weight",
@@ -96,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     envs: dict[int, VisMazeEnv] = {}
     depth = 20
     encoder = RecurrentConvEncoder(5, args.width, depth, tokens="agent", state=args.state)
+    if args.model is not None:
+        import algos.models  # noqa: F401  (registers MazeVLM)
+        from algos.models.maze_vlm import MazeVLMForConditionalGeneration
+
+        encoder = MazeVLMForConditionalGeneration.from_pretrained(args.model).vision_tower.eval()
+        args.steps = 0
     path_head = nn.Linear(2 * args.width, 1)
     optimizer = torch.optim.AdamW([*encoder.parameters(), *path_head.parameters()], lr=args.lr, weight_decay=0.0)
 
@@ -187,7 +205,13 @@ def main(argv: list[str] | None = None) -> int:
                 done[i] = position[i] == specs[i].goal
         return sum(done) / len(specs)
 
-    record = {"state": args.state, "progressive": args.progressive, "steps": args.steps, "seed": args.seed}
+    record = {
+        "model": str(args.model) if args.model else None,
+        "state": args.state,
+        "progressive": args.progressive,
+        "steps": args.steps,
+        "seed": args.seed,
+    }
     record["train_seconds"], record["rates"] = time.perf_counter() - started, {}
     print(f"\n| size | {' | '.join([f'{m:g}x depth' for m in args.iterations] + [f'{n} it.' for n in args.at])} |")
     print("|---|" + "---|" * (len(args.iterations) + len(args.at)))

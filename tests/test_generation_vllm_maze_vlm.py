@@ -71,6 +71,26 @@ def adapter(model_dir, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def projector_adapter(model_dir, tmp_path_factory):
+    """The default preset's shape: LoRA on the decoder and the projector trained in full, the encoder frozen."""
+    from algos.policies.lm import LoRAConfig, LoRALMPolicy
+
+    policy = LoRALMPolicy.from_pretrained(
+        model_dir, LoRAConfig(rank=4, alpha=8, modules_to_save=["multi_modal_projector"]), dtype=torch.float32
+    )
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=g) * 0.3)
+            elif "multi_modal_projector" in name and param.requires_grad:
+                param.add_(0.2 * torch.randn(param.shape, generator=g))
+    out = tmp_path_factory.mktemp("adapter") / "projector"
+    policy.save_adapter(out)
+    return out
+
+
 def _prompts(gen, n_mazes=2):
     mazes = load_eval_set("VisMaze-v0")[:n_mazes]
     config = RolloutConfig(obs_mode="image", history="none", max_moves=20)
@@ -108,6 +128,15 @@ def test_vllm_matches_hf_before_and_after_an_adapter_that_trains_the_encoder(eng
     tuned = _compare(hf, vl, prompts)
     assert vl.adapter_version == 1
     assert [r.logprobs for r in tuned] != [r.logprobs for r in base], "the adapter must change the replies' log-probs"
+
+
+def test_vllm_matches_hf_after_an_adapter_that_trains_the_projector(engines, projector_adapter):
+    hf, vl = engines
+    prompts = _prompts(hf)
+    hf.load_adapter(projector_adapter, 2)
+    vl.load_adapter(projector_adapter, 2)
+    _compare(hf, vl, prompts)
+    assert all(k.startswith("multi_modal_projector.") for k in split_adapter(projector_adapter, vl.workdir / "check"))
 
 
 def test_split_adapter_sends_only_the_decoder_lora_to_vllm(adapter, tmp_path):

@@ -252,11 +252,12 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
     if (
         config.lora.modules_to_save
         and config.loop.engine == "vllm"
-        and config.lora.modules_to_save != list(_served_beside_engine(config))
+        and not set(config.lora.modules_to_save) <= set(_served_beside_engine(config))
     ):
         raise ConfigError(
             "lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's "
-            "vision_tower excepted: its encoder runs beside the engine); use loop.engine=hf or leave it empty"
+            "vision_tower and multi_modal_projector excepted: they run beside the engine); use loop.engine=hf or "
+            "leave it empty"
         )
     if not 0.0 <= config.sft.random_starts <= 1.0:
         raise ConfigError(f"sft.random_starts must be in [0, 1], got {config.sft.random_starts}")

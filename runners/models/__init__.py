@@ -60,7 +60,7 @@ class ModelSpec:
     """``env_kwargs(config)``: env settings the tiny model implies (defaults under ``rollout.env_kwargs``)."""
     beside_engine: tuple[str, ...] = ()
     """Modules vLLM cannot run: the generator runs them in its own process and sends vLLM prompt embeddings, and an
-    adapter may train exactly these in full (``lora.modules_to_save``)."""
+    adapter may train these (or some of them) in full (``lora.modules_to_save``)."""
     localization_inputs: Callable[[dict[str, Any], list[Any]], dict[str, Any]] | None = None
     """``localization_inputs(processed, turns)``: extra forward inputs that make the model add its agent-localisation
     loss (``processed``: the image processor's tensors for the turns' images, one image per turn)."""

@@ -134,7 +134,7 @@ register(
         build=build,
         model_types=(MODEL_TYPE,),
         validate=validate,
-        beside_engine=("vision_tower",),
+        beside_engine=("vision_tower", "multi_modal_projector"),
         localization_inputs=localization_inputs,
         vision_parameters=vision_parameters,
         vision_pretraining_loss=vision_pretraining_loss,

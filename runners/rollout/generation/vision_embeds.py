@@ -6,9 +6,9 @@ vLLM serves only the language model, exported as a plain ``Qwen2ForCausalLM`` di
 placeholders, and one embedding row per position, where the image rows come from the vision
 encoder and projector computed by :class:`PromptEmbedder` and the text rows from the decoder's
 own token embeddings. Because the token ids travel with the embeddings, vLLM can also return
-``prompt_logprobs`` (teacher-forced scoring). A PEFT adapter that trains the encoder inside it
-(``modules_to_save=vision_tower``) is split: the decoder's LoRA tensors go to vLLM as a LoRA
-request, the encoder's weights into :class:`PromptEmbedder` (:meth:`PromptEmbedder.load_vision`).
+``prompt_logprobs`` (teacher-forced scoring). A PEFT adapter that trains the encoder or the projector in full
+inside it (``modules_to_save``, the model spec's ``beside_engine`` modules) is split: the decoder's LoRA tensors go
+to vLLM as a LoRA request, those modules' weights into :class:`PromptEmbedder` (:meth:`PromptEmbedder.load_vision`).
 """
 
 from __future__ import annotations
@@ -107,30 +107,40 @@ class PromptEmbedder:
         self.image_processor = image_processor
         self.image_token_id = int(image_token_id)
         self.device = device
-        self.base_vision = {k: v.clone() for k, v in self.model.vision_tower.state_dict().items()}
+        self.modules = models.spec_for_dir(model_path).beside_engine
+        self.base_vision = {
+            f"{name}.{k}": v.clone()
+            for name in self.modules
+            for k, v in self.model.get_submodule(name).state_dict().items()
+        }
 
     def vision_weights(self, full_weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The encoder state an adapter's fully trained weights (``split_adapter``'s rest) give; ``ValueError`` when
-        they hold other modules or do not fit the encoder. No weights trained in full: the base encoder's."""
-        prefix = "vision_tower."
-        other = sorted(k for k in full_weights if not k.startswith(prefix))
+        """The state of the modules run here (the spec's ``beside_engine``: encoder, projector) an adapter's fully
+        trained weights (``split_adapter``'s rest) give, the base model's for the modules it does not train;
+        ``ValueError`` when they hold other modules or do not fit."""
+        other = sorted(k for k in full_weights if not k.startswith(tuple(f"{m}." for m in self.modules)))
         if other:
             raise ValueError(f"the adapter trains modules in full that the vLLM engine cannot serve: {other[:5]}")
-        vision = {k[len(prefix) :]: v for k, v in full_weights.items()} or self.base_vision
+        trained = {k.split(".", 1)[0] for k in full_weights}
+        vision = {k: v for k, v in self.base_vision.items() if k.split(".", 1)[0] not in trained}
+        vision.update(full_weights)
         missing, unexpected = sorted(set(self.base_vision) - set(vision)), sorted(set(vision) - set(self.base_vision))
         if missing or unexpected:
             raise ValueError(
-                f"the adapter's vision_tower weights do not fit this model: missing {missing[:5]}, "
+                f"the adapter's {', '.join(sorted(trained))} weights do not fit this model: missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}"
             )
         wrong = sorted(k for k, v in vision.items() if tuple(v.shape) != tuple(self.base_vision[k].shape))
         if wrong:
-            raise ValueError(f"the adapter's vision_tower weights have the wrong shape for this model: {wrong[:5]}")
+            raise ValueError(f"the adapter's weights trained in full have the wrong shape for this model: {wrong[:5]}")
         return vision
 
     def load_vision(self, vision: dict[str, torch.Tensor]) -> None:
-        """Put checked encoder weights (:meth:`vision_weights`) into the encoder."""
-        self.model.vision_tower.load_state_dict(vision, strict=True)
+        """Put checked weights (:meth:`vision_weights`) into the modules run here."""
+        for name in self.modules:
+            prefix = f"{name}."
+            part = {k[len(prefix) :]: v for k, v in vision.items() if k.startswith(prefix)}
+            self.model.get_submodule(name).load_state_dict(part, strict=True)
 
     @torch.no_grad()
     def embeddings(self, token_ids: list[list[int]], images: list[list[Any]]) -> list[torch.Tensor]:
