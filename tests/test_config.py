@@ -257,12 +257,12 @@ def test_algorithm_specific_checks_run_without_a_policy():
         C.validate(cfg)
 
 
-def test_vllm_serves_modules_trained_in_full_only_for_maze_vlm_encoders():
+def test_vllm_serves_modules_trained_in_full_only_for_maze_vlm_encoder_and_projector():
     base = get_preset("cpu-maze-vlm")
-    C.validate(C.apply_overrides(base, ["loop.engine=vllm"]), need_model=False)  # vision_tower beside the engine
+    C.validate(C.apply_overrides(base, ["loop.engine=vllm"]), need_model=False)  # the projector runs beside the engine
     with pytest.raises(C.ConfigError, match="modules_to_save"):
         C.validate(
-            C.apply_overrides(base, ["loop.engine=vllm", "lora.modules_to_save=vision_tower,multi_modal_projector"]),
+            C.apply_overrides(base, ["loop.engine=vllm", "lora.modules_to_save=vision_tower,lm_head"]),
             need_model=False,
         )
     with pytest.raises(C.ConfigError, match="modules_to_save"):

@@ -365,9 +365,10 @@ def test_the_block_computes_its_convolution_of_the_input_once(state):
 
 @pytest.mark.slow
 def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_path):
-    """Extrapolation on a small budget: the default SFT, 9x9 demonstrations only, solves 11x11 mazes
-    (VisMaze-Hard-v0, its encoder run ceil(20 x 11 / 9) = 25 iterations), where random legal moves solve none.
-    (At the default budget this SFT solved 16 of the 64; after the main job's RL, 57.)"""
+    """Extrapolation on a small budget: the default recipe's SFT with half its vision pretraining (300 steps of 9x9
+    cells, random depths, path loss) and a decoder stage long enough to read the vision token, 9x9 only, solves
+    11x11 mazes (VisMaze-Hard-v0, its encoder run ceil(20 x 11 / 9) = 25 iterations), where random legal moves
+    solve none. (At the full budget the main job's policy solves 63-64 of the 64.)"""
     from runners.build import build_generator
     from runners.config import apply_overrides
     from runners.config.presets import get_preset
@@ -376,7 +377,7 @@ def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_pa
     from runners.train.steps import eval_step
     from sft_cache import cached_sft_model
 
-    model = cached_sft_model(get_preset("cpu-maze-vlm").sft.steps, preset="cpu-maze-vlm")
+    model = cached_sft_model(60, "sft.vision_steps=300", preset="cpu-maze-vlm")
     config = apply_overrides(get_preset("cpu-maze-vlm"), [f"run_dir={tmp_path}", "logging.progress=false"])
     result = eval_step(build_generator(config, model, None), config, "VisMaze-Hard-v0")
     solved = round(result["solve_rate"] * 64)
@@ -385,7 +386,7 @@ def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_pa
     max_moves = EVAL_SETS["VisMaze-Hard-v0"].max_moves
     random_solved = np.mean([random_solve_rate(hard, max_moves, seed) for seed in range(4)])
     assert random_solved * len(hard) < 1
-    assert solved >= 6, result
+    assert solved >= 24, result
 
 
 def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path):

@@ -20,8 +20,9 @@ EVAL_EVERY = 3
 
 @pytest.mark.slow
 def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
-    """The main job's recipe (preset ``cpu-maze-vlm``) with a shorter RL stage: SFT from random weights must
-    land inside the case study's window, and GRPO must lift the greedy solve rate on the fixed 64 mazes."""
+    """The main job's recipe (preset ``cpu-maze-vlm``) with a shorter RL stage: vision pretraining from random
+    weights must learn the oracle's moves, the short SFT must leave an imperfect start, and GRPO must lift the
+    greedy solve rate on the fixed 64 mazes far above it."""
     import torch
 
     from runners.artifacts.export import export
@@ -43,17 +44,18 @@ def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
     )
     result = train(cfg, log=lambda m: None)
 
-    # SFT learns: from a random model (0 of 64) to an imperfect start.
+    # Vision pretraining learns the oracle's moves from random weights; the short SFT leaves an imperfect start.
+    vision = read_jsonl(run / "metrics.jsonl", phase="vision")
+    assert len(vision) == cfg.sft.vision_steps and vision[-1]["vision_move_accuracy"] >= 0.9
     before = result.before["solved"]
-    assert 19 <= before <= 52, f"SFT start should be imperfect (30-80%), got {before}/64"
-    # A real lift, read from the mean of the last four evaluations (one evaluation swings by +-4 mazes):
-    # at least 6 more of the 64 fixed mazes solved greedily than the SFT start (the main job's evaluations at
-    # steps 5, 10 and 15 read +7 to +12, +12 to +14 and +12 to +20 on three seeds).
+    assert before <= 52, f"SFT start should be imperfect (at most ~80%), got {before}/64"
+    # A real lift, read from the mean of the last four evaluations (one evaluation swings by a few mazes): at
+    # least 40 of the 64 and 6 more than the start (the main job's seeds read 64/64 by step 5 or 10, from 0-31).
     records = read_jsonl(run / "metrics.jsonl", phase="rl")
     evals = [round(64 * r["eval/solve_rate"]) for r in records if "eval/solve_rate" in r]
     assert len(evals) == RL_STEPS // EVAL_EVERY
     late = sum(evals[-4:]) / 4
-    assert late >= before + 6, f"GRPO did not lift the solve rate: {before}/64 -> {evals} (late mean {late:.1f})"
+    assert late >= max(before + 6, 40), f"GRPO did not lift the solve rate: {before}/64 -> {evals} (late {late:.1f})"
     assert "SFT (before RL)" in result.table and "after RL" in report(result)
 
     assert [r["step"] for r in records] == list(range(1, RL_STEPS + 1))
@@ -79,7 +81,8 @@ def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
 @pytest.mark.slow
 def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     """The visual preset on a tiny budget: vision pretraining, SFT (with the localisation loss), GRPO-family RL with the
-    encoder trained inside the adapter, adapter sync into the HF sampler, checkpoint, resume, eval and export."""
+    projector trained in full inside the adapter (the encoder frozen), adapter sync into the HF sampler, checkpoint,
+    resume, eval and export."""
     import torch
 
     from runners.artifacts.export import export
@@ -109,7 +112,8 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     from safetensors.torch import load_file
 
     names = list(load_file(str(adapter)))
-    assert any("lora_" in n for n in names) and any("vision_tower" in n for n in names), names[:5]
+    assert any("lora_" in n for n in names) and any("multi_modal_projector" in n for n in names), names[:5]
+    assert not any("vision_tower" in n for n in names), "the encoder stays frozen in RL"
     # Two more steps resume from the step-2 checkpoint.
     cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides[:3] + ["loop.steps=4"] + overrides[4:])
     train(cfg, log=lambda m: None)

@@ -182,7 +182,7 @@ class VLLMGenerator:
         from vllm.lora.request import LoRARequest
 
         served, vision = path, None
-        if self.embedder is not None:  # the decoder's LoRA to vLLM, the encoder trained in full to the embedder
+        if self.embedder is not None:  # the decoder's LoRA to vLLM, the modules trained in full to the embedder
             served = self.workdir / f"lora-{self._next_lora_id}"
             try:
                 vision = self.embedder.vision_weights(split_adapter(path, served))
