@@ -3,6 +3,7 @@
     python benchmarks/extrapolation.py RUN                      # the run's latest checkpoint (else final adapter)
     python benchmarks/extrapolation.py RUN --iterations 10 20 30 40 60 --first 32 \\
         --out extrapolation.md --json extrapolation.json --png think_longer.png
+    python benchmarks/extrapolation.py RUN --sets VisMaze-v0 --first 8 --shapes 64   # other maze shapes
 
 Greedy solve rate on the fixed sets of each size (every held-out size from 5x5 to 21x21 by default),
 first with the encoder iterations ``mazegym eval`` uses (scaled with the maze side,
@@ -70,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this markdown file")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
     parser.add_argument("--png", type=Path, default=None, help="draw the iterations curve to this PNG file")
+    parser.add_argument(
+        "--shapes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also play N fresh mazes of each other shape (dfs, prim, kruskal; random start and goal; loops) per size",
+    )
+    parser.add_argument("--shape-sizes", type=int, nargs="+", default=[9, 13], help="maze sizes of --shapes")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from mazegym.evalsets import EVAL_SETS
@@ -126,25 +135,25 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['invalid_action_rate']:.1%} |"
         )
         print(lines[-1], flush=True)
+    if args.shapes:
+        record["shapes"] = play_shapes(generator, config, args.shapes, args.shape_sizes, lines)
     model = getattr(generator, "model", None)
     if args.iterations and model is not None:
         from algos.models.maze_vlm import recurrent_encoders
 
-        encoders = recurrent_encoders(model)
-        if encoders:
-            config.eval.scale_vision_iterations = False
+        if recurrent_encoders(model):
             lines += ["", "| set | " + " | ".join(f"{k} it." for k in args.iterations) + " |"]
             lines.append("|---|" + "---|" * len(args.iterations))
             for name in args.sets:
                 cells, row = [], {}
                 for k in args.iterations:
-                    for e in encoders:
-                        e.iterations = k
+                    config.eval.vision_iterations = k
                     row[str(k)] = play(name)
                     cells.append(f"{row[str(k)]['solve_rate']:.1%}")
                     print(f"{name} at {k} iterations: {cells[-1]}", flush=True)
                 record["sweep"][name] = row
                 lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+            config.eval.vision_iterations = 0
     text = "\n".join(lines)
     print(text)
     if args.out is not None:
@@ -155,6 +164,51 @@ def main(argv: list[str] | None = None) -> int:
         plot_curves(record, args.png)
         print(f"wrote {args.png}")
     return 0
+
+
+SHAPES = {
+    "dfs": {"generator": "dfs"},
+    "prim": {"generator": "prim"},
+    "kruskal": {"generator": "kruskal"},
+    "random start and goal": {"start_goal": "random"},
+    "loops (extra_openings 0.1)": {"extra_openings": 0.1},
+}
+"""Maze shapes other than the pinned sets' (Wilson's uniform spanning trees, start and goal in opposite corners)."""
+
+
+def play_shapes(generator, config, count: int, sizes: list[int], lines: list[str]) -> dict:
+    """Greedy solve rate on ``count`` fresh mazes of each of :data:`SHAPES` per size (seeded, no evaluation maze, the
+    optimal path within the size's move limit), the encoder iterations as on that size's pinned set."""
+    import numpy as np
+
+    from mazegym.evalsets import EVAL_SETS, is_eval_maze
+    from mazegym.maze import sample_maze
+    from mazegym.solver import optimal_moves
+    from runners.config.derived import rollout_config
+    from runners.rollout.collect import evaluate_mazes
+    from runners.rollout.evaluate import eval_rollout_config
+    from runners.train.steps import vision_iterations_for
+
+    results: dict = {}
+    lines += ["", "| shape | " + " | ".join(f"{n}x{n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for index, (shape, kwargs) in enumerate(SHAPES.items()):
+        cells = []
+        for size in sizes:
+            set_name = next(name for name, info in EVAL_SETS.items() if info.size == size and name != "fresh-9x9")
+            limit = EVAL_SETS[set_name].max_moves
+            rng, mazes = np.random.default_rng([size, index, 2026]), []
+            while len(mazes) < count:
+                maze = sample_maze(rng, size, **kwargs)
+                if not is_eval_maze(maze.maze_id) and 0 < optimal_moves(maze.grid, maze.start, maze.goal) <= limit:
+                    mazes.append(maze)
+            with vision_iterations_for(generator, config, set_name):
+                rollout = eval_rollout_config(rollout_config(config), set_name)
+                solved, played, invalid = solved_fraction(evaluate_mazes(generator, mazes, rollout))
+            results[f"{shape} {size}x{size}"] = {"solved": solved, "episodes": played, "invalid_action_rate": invalid}
+            cells.append(f"{solved / played:.1%} ({solved}/{played})")
+        lines.append(f"| {shape} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    return results
 
 
 if __name__ == "__main__":

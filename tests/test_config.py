@@ -278,8 +278,8 @@ def test_evaluation_scales_the_encoder_iterations_with_the_maze_or_fixes_them():
     cfg = get_preset("cpu-maze-vlm")  # trained on 9x9 at 20 iterations
     assert eval_vision_iterations(cfg, 20, 9) is None  # the model's own count on its own size
     assert eval_vision_iterations(cfg, 20, 7) is None  # and on smaller mazes
-    assert eval_vision_iterations(cfg, 20, 13) == 29  # ceil(20 * 13 / 9)
-    assert eval_vision_iterations(cfg, 20, 21) == 47
+    assert eval_vision_iterations(cfg, 20, 13) == 42  # ceil(20 * (13 / 9)^2) = ceil(41.7)
+    assert eval_vision_iterations(cfg, 20, 21) == 109  # ceil(108.9)
     assert eval_vision_iterations(cfg, None, 21) is None  # no recurrent encoder
     off = C.apply_overrides(cfg, ["eval.scale_vision_iterations=false"])
     assert eval_vision_iterations(off, 20, 21) is None

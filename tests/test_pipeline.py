@@ -119,7 +119,7 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
     train(cfg, log=lambda m: None)
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl", phase="rl")] == [1, 2, 3, 4]
     heldout = json.loads((run / "eval_results.json").read_text())["heldout"]["VisMaze-Hard-v0"]
-    assert heldout["episodes"] == 64 and heldout["vision_iterations"] == 25  # 20 x 11 / 9, rounded up
+    assert heldout["episodes"] == 64 and heldout["vision_iterations"] == 30  # 20 x (11 / 9)^2, rounded up
     out = export(cfg, merged=True)
     assert (out / "merged" / "config.json").is_file()
     # The run's report: curves, before/after grids and replays of the real run, rendered by a browser.

@@ -144,7 +144,7 @@ def test_the_served_policy_plays_the_moves_of_the_in_process_evaluation(run, ser
 
 
 def test_larger_mazes_get_the_vision_iterations_eval_gives_them(run, server):
-    """An 11x11 maze runs the recurrent encoder 25 times, not the 20 the run trains with, as `mazegym eval` does."""
+    """An 11x11 maze runs the recurrent encoder 30 times, not the 20 the run trains with, as `mazegym eval` does."""
     from runners.artifacts.serve import play_remote
 
     _, remote = play_remote(server, "VisMaze-Hard-v0", 0, 1)

@@ -28,15 +28,16 @@ def rollout_config(config: TrainConfig) -> RolloutConfig:
 
 def eval_vision_iterations(config: TrainConfig, base: int | None, size: int) -> int | None:
     """Recurrent vision iterations for evaluating mazes of ``size`` cells a side, given the model's own ``base``:
-    ``eval.vision_iterations`` when set, else ``ceil(base x size / maze.size)`` on larger mazes than ``maze.size``
-    (``eval.scale_vision_iterations``); ``None`` = leave the model's own (or it has no recurrent encoder)."""
+    ``eval.vision_iterations`` when set, else ``ceil(base x (size / maze.size)^2)`` on larger mazes than ``maze.size``
+    (``eval.scale_vision_iterations``: the routing has to cross the maze's area, and a gated encoder holds its answer
+    when run longer than it needs); ``None`` = leave the model's own (or it has no recurrent encoder)."""
     if base is None:
         return None
     if config.eval.vision_iterations:
         return config.eval.vision_iterations
     if not config.eval.scale_vision_iterations or size <= config.maze.size:
         return None
-    return math.ceil(base * size / config.maze.size)
+    return math.ceil(base * (size / config.maze.size) ** 2)
 
 
 def step_seed(config: TrainConfig, step: int) -> int:
