@@ -7,6 +7,8 @@ top-p/top-k truncation -- the convention of :mod:`runners.rollout.generation.bas
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Any
 
@@ -79,16 +81,28 @@ class HFGenerator:
         if not weights.is_file():
             raise FileNotFoundError(f"no PEFT adapter at {path} (adapter_model.safetensors missing)")
         check_adapter(self.model_path, path)
-        if isinstance(self.model, PeftModel):
+        saved = set(json.loads((path / "adapter_config.json").read_text()).get("modules_to_save") or [])
+        loaded = (
+            set(self.model.peft_config["default"].modules_to_save or []) if isinstance(self.model, PeftModel) else set()
+        )
+        if isinstance(self.model, PeftModel) and saved != loaded:
+            # Other modules trained in full cannot be swapped in place, and unloading would keep the previous
+            # adapter's copies of them: start again from the base model on disk.
+            self.model = PeftModel.from_pretrained(self._base_model(), str(path)).to(self.device).eval()
+        elif isinstance(self.model, PeftModel):
             state = load_file(str(weights), device=self.device)
             result = set_peft_model_state_dict(self.model, state)
             if result.unexpected_keys:
                 # The adapter layout changed (other rank or targets): rebuild from the base model.
-                self.model = PeftModel.from_pretrained(self.model.unload(), str(path)).to(self.device).eval()
+                self.model = PeftModel.from_pretrained(self._base_model(), str(path)).to(self.device).eval()
         else:
             self.model = PeftModel.from_pretrained(self.model, str(path)).to(self.device).eval()
         self.adapter_version = int(version)
         self.adapter_path = str(path)
+
+    def _base_model(self) -> torch.nn.Module:
+        """The base model as on disk (``unload()`` would keep an adapter's copies of the modules it trained in full)."""
+        return _load_model(self.model_path, self.dtype, self.device)
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
