@@ -155,7 +155,7 @@ def test_readme_smoke_command_runs_the_pipeline(tmp_path):
     argv = [str(tmp_path / "smoke"), "--sets", *sets, "--iterations", "3", "5", "--first", "4", "--out", str(out)]
     assert extrapolation.main([*argv, "--json", str(record), "--png", str(picture)]) == 0
     table = out.read_text()
-    assert "| `VisMaze-Hard-v0` | 11x11 | 25 |" in table and "| set | 3 it. | 5 it. |" in table
+    assert "| `VisMaze-Hard-v0` | 11x11 | 30 |" in table  # ceil(20 x (11 / 9)^2) and "| set | 3 it. | 5 it. |" in table
     numbers = json.loads(record.read_text())
     assert numbers["scaled"]["VisMaze-Hard-v0"]["episodes"] == 4 and numbers["scaled"]["VisMaze-v0"]["episodes"] == 4
     assert set(numbers["sweep"]["VisMaze-v0"]) == {"3", "5"} and numbers["sizes"]["VisMaze-Hard-v0"] == 11
