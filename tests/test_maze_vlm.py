@@ -389,7 +389,7 @@ def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_pa
     assert solved >= 24, result
 
 
-def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path):
+def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path, model_dir):
     """With a path weight the loss adds the path head's binary cross-entropy at every cell; the head learns it."""
     from mazegym.solver import oracle_actions, shortest_path_cells
 
@@ -420,7 +420,7 @@ def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path):
     expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.cat(on_path))
     assert float(with_path - without) == pytest.approx(0.5 * float(expected), rel=1e-5)
     with pytest.raises(ValueError, match="path_head"):
-        MazeVLMForConditionalGeneration.from_pretrained(model_dir_without_path_head(tmp_path)).vision_pretraining_loss(
+        MazeVLMForConditionalGeneration.from_pretrained(model_dir).vision_pretraining_loss(
             *args, on_path=on_path, path_weight=0.5
         )
     opt = torch.optim.AdamW(model.vision_tower.parameters(), lr=1e-2)
@@ -432,16 +432,3 @@ def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path):
         loss.backward()
         opt.step()
     assert float(loss) < 0.6 * float(expected)
-
-
-def model_dir_without_path_head(tmp_path):
-    """A MazeVLM built with the default vision config (no path head)."""
-    return build_maze_vlm(
-        tmp_path / "plain",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 4},
-    )
