@@ -68,6 +68,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=32, help="encoder channels")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument(
+        "--final-lr-ratio",
+        type=float,
+        default=1.0,
+        help="the learning rate decays with a cosine to this fraction of --lr by the last step (1 = constant, the preset's"
+        " sft.vision_final_lr_ratio)",
+    )
+    parser.add_argument(
+        "--init-std",
+        type=float,
+        default=0.0,
+        help="initialise every weight normal(0, S) and every bias 0, as a transformers initializer_range S does "
+        "(0 = PyTorch's default init)",
+    )
+    parser.add_argument(
+        "--rule",
+        choices=("linear", "area"),
+        default="linear",
+        help="what --iterations multiplies: ceil(20 x size/9) (linear) or ceil(20 x (size/9)^2) (area, what eval uses)",
+    )
+    parser.add_argument(
         "--model",
         type=Path,
         default=None,
@@ -115,7 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         encoder = MazeVLMForConditionalGeneration.from_pretrained(args.model).vision_tower.eval()
         args.steps = 0
     path_head = nn.Linear(2 * args.width, 1)
+    if args.init_std > 0 and args.model is None:
+        for module in [*encoder.modules(), path_head]:
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                nn.init.normal_(module.weight, std=args.init_std)
+                nn.init.zeros_(module.bias)
     optimizer = torch.optim.AdamW([*encoder.parameters(), *path_head.parameters()], lr=args.lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda done: args.final_lr_ratio
+        + (1 - args.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done / max(args.steps, 1))),
+    )
 
     def grids(specs: list) -> torch.Tensor:
         images = []
@@ -185,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
         optimizer.step()
+        scheduler.step()
         if step % 20 == 0:
             print(f"step {step}: loss {loss.item():.3f} ({time.perf_counter() - started:.0f} s)", flush=True)
 
@@ -211,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "progressive": args.progressive,
         "steps": args.steps,
         "seed": args.seed,
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
     record["train_seconds"], record["rates"] = time.perf_counter() - started, {}
     print(f"\n| size | {' | '.join([f'{m:g}x depth' for m in args.iterations] + [f'{n} it.' for n in args.at])} |")
@@ -218,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     depth = 20
     for size in args.sizes:
         cells = []
-        counts = [max(1, math.ceil(depth * size / 9 * m)) for m in args.iterations] + list(args.at)
+        scaled = depth * size / 9 if args.rule == "linear" else depth * (size / 9) ** 2
+        counts = [max(1, math.ceil(scaled * m)) for m in args.iterations] + list(args.at)
         for iterations in counts:
             rate = walk_solve_rate(SETS[size], iterations, 64 if size == 9 else args.first)
             record["rates"][f"{size}@{iterations}"] = rate

@@ -83,6 +83,7 @@ def test_bad_values_fail_fast(override, message):
         ("sft.vision_iterations=[40,10]", r"sft.vision_iterations=\[40, 10\] must be \[\] or \[low, high\]"),
         ("sft.vision_iterations=[5]", "sft.vision_iterations"),
         ("sft.vision_path_weight=-1", "sft.vision_path_weight=-1.0 is out of range"),
+        ("sft.vision_batch_size=-3", "sft.vision_batch_size=-3 is out of range"),
         ("eval.vision_iterations=-2", "eval.vision_iterations=-2 is out of range"),
     ],
 )
@@ -285,3 +286,11 @@ def test_evaluation_scales_the_encoder_iterations_with_the_maze_or_fixes_them():
     assert eval_vision_iterations(off, 20, 21) is None
     fixed = C.apply_overrides(cfg, ["eval.vision_iterations=60"])
     assert eval_vision_iterations(fixed, 20, 7) == 60 and eval_vision_iterations(fixed, 20, 21) == 60
+
+
+def test_vision_pretraining_batches_default_to_the_sft_batch_size():
+    from runners.config.derived import vision_batch_size
+
+    cfg = C.apply_overrides(get_preset("cpu-maze-vlm"), ["sft.batch_size=96"])
+    assert vision_batch_size(C.apply_overrides(cfg, ["sft.vision_batch_size=0"])) == 96
+    assert vision_batch_size(C.apply_overrides(cfg, ["sft.vision_batch_size=32"])) == 32

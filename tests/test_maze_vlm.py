@@ -432,3 +432,37 @@ def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path, 
         loss.backward()
         opt.step()
     assert float(loss) < 0.6 * float(expected)
+
+
+def test_the_encoder_can_start_from_pytorchs_layer_init_while_the_decoder_keeps_its_own():
+    """vision_config init "pytorch": every encoder layer within Kaiming-uniform's bound 1/sqrt(fan_in) (the LM's
+    normal init at std 0.1 would exceed it), the projector and decoder as Qwen2 initialises them; "lm": the encoder
+    as the decoder; anything else is refused."""
+    from algos.models.maze_vlm import DEFAULT_VISION_CONFIG, MazeVLMConfig
+
+    def built(init):
+        torch.manual_seed(0)
+        config = MazeVLMConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            vocab_size=64,
+            initializer_range=0.1,
+            vision_config={**DEFAULT_VISION_CONFIG, "width": 16, "state": "gated", "init": init},
+        )
+        return MazeVLMForConditionalGeneration(config)
+
+    pytorch, lm = built("pytorch"), built("lm")
+    for name in ("conv_in", "conv_out", "conv_gate", "readout", "patch_embed"):
+        weight = getattr(pytorch.vision_tower, name).weight
+        bound = 1 / np.sqrt(weight[0].numel())
+        assert float(weight.abs().max()) <= bound + 1e-6, name
+        assert float(getattr(lm.vision_tower, name).weight.std()) == pytest.approx(0.1, rel=0.2), name
+    assert float(pytorch.vision_tower.conv_in.bias.abs().max()) > 0  # PyTorch's bias init; the LM's is zero
+    for model in (pytorch, lm):
+        assert float(model.multi_modal_projector[0].weight.std()) == pytest.approx(0.1, rel=0.2)
+        assert float(model.model.layers[0].mlp.up_proj.weight.std()) == pytest.approx(0.1, rel=0.2)
+    with pytest.raises(ValueError, match="init"):
+        built("xavier")

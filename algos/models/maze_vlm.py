@@ -50,6 +50,7 @@ DEFAULT_VISION_CONFIG = {
     "tokens": "cells",
     "state": "residual",
     "path_head": False,
+    "init": "lm",
 }
 """Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, the
 classes of its pretraining head (the env's moves), its decision readout ("conv": a 3x3 conv
@@ -58,7 +59,12 @@ the language model ("cells": one per maze cell; "agent": one token, the features
 agent's cell, whatever the maze's size), and how the recurrent block updates its state ("residual":
 ``relu(state + conv(...))``; "gated": a convolutional-GRU-style convex mix of the state and a tanh
 candidate, bounded, so it stays stable when run for more iterations than it was trained with), and whether it has a
-second pretraining head, ``path_head``: per cell, is the cell on the shortest path from the agent to the goal."""
+second pretraining head, ``path_head``: per cell, is the cell on the shortest path from the agent to the goal, and how a
+model built from code initialises the encoder's layers ("lm": as the decoder's, normal with the config's
+``initializer_range``; "pytorch": PyTorch's default layer init)."""
+
+VISION_INITS = ("lm", "pytorch")
+"""Values of ``vision_config["init"]``."""
 
 VISION_TOKENS = ("cells", "agent")
 """Values of ``vision_config["tokens"]``."""
@@ -229,6 +235,8 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
     def __init__(self, config: MazeVLMConfig):
         super().__init__(config)
         vision = config.vision_config
+        if vision.get("init", "lm") not in VISION_INITS:
+            raise ValueError(f"vision_config['init'] must be one of {VISION_INITS}, got {vision['init']!r}")
         self.vision_tower = RecurrentConvEncoder(
             vision["patch_px"],
             vision["width"],
@@ -245,6 +253,23 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             nn.Linear(config.hidden_size, config.hidden_size),
         )
         self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """A layer's initial weights: as Qwen2 initialises its layers, except the vision encoder's with PyTorch's default
+        layer init when ``vision_config["init"]`` is "pytorch"."""
+        # The recurrence learns its size-general routing rule from PyTorch's (Kaiming-uniform) init far more often than
+        # from the LM's wider normal init (benchmarks/encoder_extrapolation.py --init-std; docs/research.md).
+        vision_tower = getattr(self, "vision_tower", None)
+        if (
+            self.config.vision_config.get("init", "lm") == "pytorch"
+            and vision_tower is not None
+            and any(module is part for part in vision_tower.modules())
+        ):
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                module.reset_parameters()
+            return
+        super()._init_weights(module)
 
     def encode_images(
         self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor

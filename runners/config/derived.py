@@ -40,6 +40,11 @@ def eval_vision_iterations(config: TrainConfig, base: int | None, size: int) -> 
     return math.ceil(base * (size / config.maze.size) ** 2)
 
 
+def vision_batch_size(config: TrainConfig) -> int:
+    """Cells per vision pretraining batch: ``sft.vision_batch_size``, or ``sft.batch_size`` when that is 0."""
+    return config.sft.vision_batch_size or config.sft.batch_size
+
+
 def step_seed(config: TrainConfig, step: int) -> int:
     """The sampling seed of RL step ``step`` (a pure function: resuming replays it exactly)."""
     return config.loop.seed * 1_000_003 + step

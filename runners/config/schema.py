@@ -128,8 +128,11 @@ class SFTConfig:
     vision_steps: int = 0
     """Vision-encoder pretraining steps before the SFT steps (models with a vision pretraining objective: MazeVLM): the
     encoder alone learns the oracle's move at the agent's cell, one random open cell of each fresh maze (the
-    demonstration budget is (vision_steps + steps) x batch_size moves). 0 = none.
+    demonstration budget is vision_steps x vision_batch_size + steps x batch_size moves). 0 = none.
     """
+    vision_batch_size: int = 0
+    """Cells per vision pretraining batch (0 = ``batch_size``). For the same number of cells, more and smaller batches
+    teach the encoder a routing rule that holds on larger mazes more often (docs/research.md)."""
     vision_lr: float = 2e-3
     """Constant AdamW learning rate of vision pretraining."""
     vision_iterations: list[int] = field(default_factory=list)

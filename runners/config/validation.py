@@ -61,6 +61,7 @@ BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "sft.seed": (0, 2**31 - 1, False),
     "sft.detours": (0, 10_000, False),
     "sft.vision_steps": (0, 10_000_000, False),
+    "sft.vision_batch_size": (0, 10_000_000, False),
     "sft.localization_weight": (0.0, None, False),
     "sft.vision_path_weight": (0.0, None, False),
     "loop.parity_every": (0, 10_000_000, False),

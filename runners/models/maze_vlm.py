@@ -34,6 +34,7 @@ def build(config: Any, out: Path) -> None:
             "tokens": m.vision_tokens,
             "state": m.vision_state,
             "path_head": True,
+            "init": "pytorch",
         },
         **decoder_shape(m),
     )

@@ -31,7 +31,7 @@ from algos.models import load_model
 from mazegym.evalsets import MazeStream
 from runners import atomic, models
 from runners.config import ConfigError, TrainConfig
-from runners.config.derived import rollout_config
+from runners.config.derived import rollout_config, vision_batch_size
 from runners.rollout.evaluate import write_json
 from runners.train.demos import DemoStream, demo_turns
 from runners.train.metrics import MetricsLogger, Progress
@@ -403,7 +403,7 @@ def _run_sft_into(
                 model,
                 cells,
                 steps=config.sft.vision_steps,
-                batch_size=config.sft.batch_size,
+                batch_size=vision_batch_size(config),
                 lr=config.sft.vision_lr,
                 image_processor=image_processor,
                 log=on_vision_step,
@@ -448,11 +448,12 @@ def _run_sft_into(
     else:
         target = out / "adapter"
         model.save_pretrained(str(target), safe_serialization=True)
-    demo_moves = (config.sft.vision_steps + config.sft.steps) * config.sft.batch_size
+    demo_moves = config.sft.vision_steps * vision_batch_size(config) + config.sft.steps * config.sft.batch_size
     info = {
         "steps": config.sft.steps,
         "vision_steps": config.sft.vision_steps,
         "batch_size": config.sft.batch_size,
+        "vision_batch_size": vision_batch_size(config),
         "demo_moves": demo_moves,
         "mazes_seen": mazes.index,
         "seconds": time.perf_counter() - t0,
