@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         "--final-lr-ratio",
         type=float,
         default=1.0,
-        help="the learning rate decays with a cosine to this fraction of --lr by the last step (1 = constant, the preset's"
-        " sft.vision_final_lr_ratio)",
+        help="the learning rate decays with a cosine to this fraction of --lr by the last step (1 = constant, as the"
+        " SFT stage's vision pretraining runs)",
     )
     parser.add_argument(
         "--init-std",
@@ -143,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.AdamW([*encoder.parameters(), *path_head.parameters()], lr=args.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda done: args.final_lr_ratio
-        + (1 - args.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done / max(args.steps, 1))),
+        lambda done: (
+            args.final_lr_ratio + (1 - args.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done / max(args.steps, 1)))
+        ),
     )
 
     def grids(specs: list) -> torch.Tensor:

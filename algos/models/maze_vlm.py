@@ -256,8 +256,8 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """A layer's initial weights: as Qwen2 initialises its layers, except the vision encoder's with PyTorch's default
-        layer init when ``vision_config["init"]`` is "pytorch"."""
+        """A layer's initial weights: as Qwen2 initialises its layers, except the vision encoder's with PyTorch's
+        default layer init when ``vision_config["init"]`` is "pytorch"."""
         # The recurrence learns its size-general routing rule from PyTorch's (Kaiming-uniform) init far more often than
         # from the LM's wider normal init (benchmarks/encoder_extrapolation.py --init-std; docs/research.md).
         vision_tower = getattr(self, "vision_tower", None)

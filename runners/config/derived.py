@@ -40,6 +40,14 @@ def eval_vision_iterations(config: TrainConfig, base: int | None, size: int) -> 
     return math.ceil(base * (size / config.maze.size) ** 2)
 
 
+def eval_maze_count(config: TrainConfig, set_name: str) -> int:
+    """How many mazes of eval set ``set_name`` an evaluation plays (its first ones): ``eval.set_mazes`` or all."""
+    from mazegym.evalsets import EVAL_SETS
+
+    count = EVAL_SETS[set_name].count
+    return min(count, config.eval.set_mazes.get(set_name, count))
+
+
 def vision_batch_size(config: TrainConfig) -> int:
     """Cells per vision pretraining batch: ``sft.vision_batch_size``, or ``sft.batch_size`` when that is 0."""
     return config.sft.vision_batch_size or config.sft.batch_size

@@ -216,6 +216,10 @@ class EvalConfig:
     (test-time compute: more iterations for larger mazes; `benchmarks/extrapolation.py --iterations` sweeps it);
     0 = the model's own count, scaled as above.
     """
+    set_mazes: dict[str, int] = field(default_factory=dict)
+    """Play only the first N mazes of these eval sets (set name -> N, e.g. ``{heldout-21x21: 32}``): a cheaper look at
+    large mazes, whose moves cost more; every other set is played whole. The tables say how many were played.
+    """
 
 
 @dataclass

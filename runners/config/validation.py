@@ -166,6 +166,13 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
     for name in [config.maze.eval_set, *config.maze.heldout_sets]:
         if name not in EVAL_SETS:
             raise ConfigError(f"maze eval set {name!r} does not exist; choose one of {', '.join(sorted(EVAL_SETS))}")
+    for name, count in config.eval.set_mazes.items():
+        if name not in EVAL_SETS:
+            raise ConfigError(
+                f"eval.set_mazes names {name!r}, which is not an eval set; choose from {', '.join(sorted(EVAL_SETS))}"
+            )
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"eval.set_mazes[{name!r}]={count!r} must be a whole number of mazes >= 1")
     if EVAL_SETS[config.maze.eval_set].size != config.maze.size:
         raise ConfigError(
             f"maze.eval_set={config.maze.eval_set!r} has "

@@ -47,7 +47,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from mazegym.evalsets import load_eval_set
 from runners import atomic, build
 from runners.config import ConfigError, RaySettings, TrainConfig, from_dict, to_dict, validate
-from runners.config.derived import rollout_config
+from runners.config.derived import eval_maze_count, rollout_config
 from runners.dist import fsdp
 from runners.dist.prometheus import PrometheusExporter
 from runners.rollout.evaluate import eval_summary
@@ -449,9 +449,10 @@ def padding_passes(per_rank: list[dict[str, float]]) -> float:
     return float(sum(m.get(PADDING_KEY, 0.0) for m in per_rank))
 
 
-def _evaluate(group: WorkerGroup, set_name: str, temperature: float, rollout: Any) -> dict[str, Any]:
-    """Evaluate ``set_name`` with the mazes split over the workers; same summary and records as evaluate_set."""
-    n = len(load_eval_set(set_name))
+def _evaluate(group: WorkerGroup, set_name: str, count: int, temperature: float, rollout: Any) -> dict[str, Any]:
+    """Evaluate the first ``count`` mazes of ``set_name`` split over the workers; same summary and records as
+    evaluate_set."""
+    n = min(count, len(load_eval_set(set_name)))
     bounds = split_evenly(list(range(n)), len(group.actors))
     per_rank = [(set_name, b[0] if b else 0, b[-1] + 1 if b else 0) for b in bounds]
     episodes = [ep for part in group.call("evaluate", per_rank=per_rank) for ep in part]
@@ -619,7 +620,13 @@ class RayExecutor:
 
     def evaluate(self, set_name: str) -> dict[str, Any]:
         """The eval set split over the workers (:func:`_evaluate`)."""
-        return _evaluate(self.group, set_name, self.config.eval.temperature, rollout_config(self.config))
+        return _evaluate(
+            self.group,
+            set_name,
+            eval_maze_count(self.config, set_name),
+            self.config.eval.temperature,
+            rollout_config(self.config),
+        )
 
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Rank 0 writes the gathered adapter + optimizer state (every rank joins the gather)."""

@@ -307,15 +307,16 @@ def evaluate_set(
     temperature: float = 0.0,
     return_episodes: bool = False,
     threads: int = 1,
+    stop: int | None = None,
 ) -> dict[str, Any] | tuple[dict[str, Any], list[Episode]]:
-    """Play every maze of ``set_name`` once (greedy unless ``temperature`` > 0; greedy on ``threads`` threads)
-    and summarise.
+    """Play every maze of ``set_name`` (or its first ``stop``) once (greedy unless ``temperature`` > 0; greedy on
+    ``threads`` threads) and summarise.
 
     The summary includes the per-maze records (``"mazes"``) and replay settings (``"env"``), see
     :func:`eval_summary`.
     """
     config = eval_rollout_config(rollout, set_name, temperature)
-    episodes = play_eval_mazes(generator, set_name, rollout, temperature, threads=threads)
+    episodes = play_eval_mazes(generator, set_name, rollout, temperature, stop=stop, threads=threads)
     summary = eval_summary(set_name, episodes, config, temperature)
     return (summary, episodes) if return_episodes else summary
 

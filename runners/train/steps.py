@@ -26,7 +26,7 @@ from algos.data import Episode
 from mazegym.evalsets import MazeStream
 from runners import models
 from runners.config import TrainConfig
-from runners.config.derived import eval_vision_iterations, rollout_config, step_seed
+from runners.config.derived import eval_maze_count, eval_vision_iterations, rollout_config, step_seed
 from runners.rollout import collectors
 from runners.rollout.collect import RolloutConfig, collect_groups
 from runners.rollout.evaluate import evaluate_set, play_eval_mazes
@@ -142,6 +142,7 @@ def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) 
             rollout_config(config),
             temperature=config.eval.temperature,
             threads=rollout_threads(config),
+            stop=eval_maze_count(config, name),
         )
     if iterations:
         result["vision_iterations"] = iterations
