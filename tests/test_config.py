@@ -84,8 +84,8 @@ def test_bad_values_fail_fast(override, message):
         ("sft.vision_iterations=[5]", "sft.vision_iterations"),
         ("sft.vision_path_weight=-1", "sft.vision_path_weight=-1.0 is out of range"),
         ("sft.vision_batch_size=-3", "sft.vision_batch_size=-3 is out of range"),
-        ("eval.set_mazes={heldout-99x99: 4}", "eval.set_mazes names 'heldout-99x99', which is not an eval set"),
-        ("eval.set_mazes={heldout-21x21: 0}", r"eval.set_mazes\['heldout-21x21'\]=0 must be a whole number"),
+        ('eval.set_mazes={"heldout-99x99":4}', "eval.set_mazes names 'heldout-99x99', which is not an eval set"),
+        ('eval.set_mazes={"heldout-21x21":0}', r"eval.set_mazes\['heldout-21x21'\]=0 must be a whole number"),
         ("eval.vision_iterations=-2", "eval.vision_iterations=-2 is out of range"),
     ],
 )

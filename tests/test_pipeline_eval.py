@@ -78,6 +78,22 @@ def test_eval_output_schema(tiny_generator, tmp_path):
     assert data["by_size"]["7"]["episodes"] == 64
 
 
+def test_eval_set_mazes_plays_the_first_mazes_of_a_named_set_only(tiny_generator):
+    """eval.set_mazes: the named set's first N mazes, the same episodes the whole set's evaluation begins with;
+    other sets whole."""
+    import runners.config as C
+    from runners.rollout.evaluate import evaluate_set
+    from runners.train.steps import eval_step
+
+    cfg, gen = tiny_generator
+    limited = C.apply_overrides(cfg, ["eval.set_mazes={heldout-7x7: 5}"])
+    part = eval_step(gen, limited, "heldout-7x7")
+    assert part["episodes"] == 5 and [m["index"] for m in part["mazes"]] == [0, 1, 2, 3, 4]
+    whole = evaluate_set(gen, "heldout-7x7", cfg.rollout)
+    assert [m["actions"] for m in part["mazes"]] == [m["actions"] for m in whole["mazes"][:5]]
+    assert eval_step(gen, limited, "heldout-5x5")["episodes"] == 16
+
+
 def test_sft_demo_turns_match_rollout_prompts(tiny_generator):
     """A demonstration turn's prompt is token-for-token what the rollout feeds the model."""
     from mazegym.evalsets import load_eval_set
