@@ -211,7 +211,14 @@ def test_sft_learns_to_localise_the_agent_and_to_move(tmp_path):
 
     config = apply_overrides(
         get_preset("cpu-maze-vlm"),
-        [f"run_dir={tmp_path}", "sft.vision_steps=60", "sft.steps=120", "sft.batch_size=32", "logging.progress=false"],
+        [
+            f"run_dir={tmp_path}",
+            "sft.vision_steps=60",
+            "sft.steps=120",
+            "sft.batch_size=32",
+            "sft.vision_batch_size=32",
+            "logging.progress=false",
+        ],
     )
     metrics = MetricsLogger(tmp_path, tensorboard=False)
     try:
@@ -365,8 +372,8 @@ def test_the_block_computes_its_convolution_of_the_input_once(state):
 
 @pytest.mark.slow
 def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_path):
-    """Extrapolation on a small budget: the default recipe's SFT with half its vision pretraining (300 steps of 9x9
-    cells, random depths, path loss) and a decoder stage long enough to read the vision token, 9x9 only, solves
+    """Extrapolation on a small budget: the default recipe's SFT with half its vision pretraining (600 batches of 64
+    9x9 cells, random depths, path loss) and a decoder stage long enough to read the vision token, 9x9 only, solves
     11x11 mazes (VisMaze-Hard-v0, its encoder run ceil(20 x (11 / 9)^2) = 30 iterations), where random legal moves
     solve none. (At the full budget the main job's policy solves 63-64 of the 64.)"""
     from runners.build import build_generator
@@ -377,7 +384,7 @@ def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_pa
     from runners.train.steps import eval_step
     from sft_cache import cached_sft_model
 
-    model = cached_sft_model(60, "sft.vision_steps=300", preset="cpu-maze-vlm")
+    model = cached_sft_model(60, "sft.vision_steps=600", preset="cpu-maze-vlm")
     config = apply_overrides(get_preset("cpu-maze-vlm"), [f"run_dir={tmp_path}", "logging.progress=false"])
     result = eval_step(build_generator(config, model, None), config, "VisMaze-Hard-v0")
     solved = round(result["solve_rate"] * 64)

@@ -47,7 +47,14 @@ def sft_model(tmp_path_factory):
     run = tmp_path_factory.mktemp("sft")
     cfg = apply_overrides(
         get_preset("cpu-maze-vlm"),
-        [f"run_dir={run}", "sft.steps=20", "sft.vision_steps=10", "sft.batch_size=32", "logging.progress=false"],
+        [
+            f"run_dir={run}",
+            "sft.steps=20",
+            "sft.vision_steps=10",
+            "sft.batch_size=32",
+            "sft.vision_batch_size=32",
+            "logging.progress=false",
+        ],
     )
     return run_sft(cfg, log=lambda m: None)
 

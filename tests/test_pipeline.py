@@ -102,6 +102,7 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
         "logging.progress=false",
         "maze.heldout_sets=VisMaze-Hard-v0",
         "sft.vision_steps=4",
+        "sft.vision_batch_size=16",
     ]
     cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides)
     first = train(cfg, log=lambda m: None)

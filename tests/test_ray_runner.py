@@ -291,7 +291,9 @@ def test_cluster_address_defaults_to_a_new_local_instance(monkeypatch):
 @pytest.fixture(scope="module")
 def maze_vlm_sft():
     """The default preset's MazeVLM after a brief SFT (30 vision-pretraining and 30 SFT steps of 32 moves)."""
-    return cached_sft_model(30, "sft.vision_steps=30", "sft.batch_size=32", preset="cpu-maze-vlm")
+    return cached_sft_model(
+        30, "sft.vision_steps=30", "sft.batch_size=32", "sft.vision_batch_size=32", preset="cpu-maze-vlm"
+    )
 
 
 def _maze_vlm(run_dir, model, *overrides):
