@@ -173,3 +173,9 @@ def test_encoder_extrapolation_benchmark_trains_and_walks_every_size(tmp_path):
     record = json.loads(out.read_text())
     assert record["state"] == "gated" and set(record["rates"]) == {"5@12", "5@23", "11@25", "11@49"}
     assert all(0.0 <= r <= 1.0 for r in record["rates"].values())
+    # The decoder's init, a decaying learning rate, and iterations by the area rule: ceil(20 x (11 / 9)^2) = 30.
+    argv = ["--state", "gated", "--steps", "2", "--batch", "8", "--sizes", "11", "--first", "2", "--iterations", "1"]
+    extra = ["--init-std", "0.1", "--final-lr-ratio", "0", "--rule", "area", "--json", str(out)]
+    assert encoder_extrapolation.main([*argv, *extra]) == 0
+    record = json.loads(out.read_text())
+    assert set(record["rates"]) == {"11@30"} and record["settings"]["init_std"] == 0.1
