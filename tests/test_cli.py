@@ -85,6 +85,15 @@ def test_choosing_an_algorithm_is_one_setting(capsys, tmp_path):
     )
 
 
+def test_dry_run_says_when_sft_starts_from_a_checkpoint(capsys, tmp_path):
+    start = tmp_path / "start"
+    start.mkdir()
+    code, out, _ = _run_main(["train", "--dry-run", f"sft.checkpoint={start}", f"run_dir={tmp_path / 'r'}"], capsys)
+    assert code == 0 and f"no SFT (the start is sft.checkpoint={start}) -> RL grpo" in out
+    code, out, _ = _run_main(["train", "--dry-run", f"run_dir={tmp_path / 'r'}"], capsys)
+    assert "SFT (vision pretraining" in out
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

@@ -48,9 +48,9 @@ def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(tmp_path):
     vision = read_jsonl(run / "metrics.jsonl", phase="vision")
     assert len(vision) == cfg.sft.vision_steps and vision[-1]["vision_move_accuracy"] >= 0.9
     before = result.before["solved"]
-    assert before <= 52, f"SFT start should be imperfect (at most ~80%), got {before}/64"
+    assert before <= 56, f"SFT start should be imperfect (at most ~87%), got {before}/64"
     # A real lift, read from the mean of the last four evaluations (one evaluation swings by a few mazes): at
-    # least 40 of the 64 and 6 more than the start (the main job's seeds read 64/64 by step 5 or 10, from 0-31).
+    # least 40 of the 64 and 6 more than the start (the main job's seeds read 64/64 by step 5 or 10, from 0-49).
     records = read_jsonl(run / "metrics.jsonl", phase="rl")
     evals = [round(64 * r["eval/solve_rate"]) for r in records if "eval/solve_rate" in r]
     assert len(evals) == RL_STEPS // EVAL_EVERY

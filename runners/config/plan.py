@@ -75,6 +75,8 @@ def describe_plan(config: TrainConfig, notes: Sequence[str] = ()) -> str:
             + (f"vision pretraining {config.sft.vision_steps} steps, then " if config.sft.vision_steps else "")
             + config.sft.mode
             + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
+            if config.sft.enabled == "always" or (config.sft.enabled == "auto" and not config.sft.checkpoint)
+            else f"no SFT (the start is sft.checkpoint={config.sft.checkpoint}) -> "
             if config.sft.enabled != "never"
             else "no SFT (model.path is the start) -> "
         )
