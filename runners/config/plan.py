@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mazegym.evalsets import EVAL_SETS
+from runners.config.derived import vision_batch_size
 from runners.config.overrides import describe_fields
 from runners.config.schema import TrainConfig
 from runners.config.validation import validate
@@ -30,6 +31,18 @@ def installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # ValueError: a module set to None in sys.modules
         return False
+
+
+def _sft_stage(config: TrainConfig) -> str:
+    """The plan's words for the SFT stage: what it trains, or where RL starts instead."""
+    sft = config.sft
+    if sft.enabled == "never":
+        return "no SFT (model.path is the start)"
+    if sft.enabled == "auto" and sft.checkpoint:
+        return f"no SFT (the start is sft.checkpoint={sft.checkpoint})"
+    cells = f"{sft.vision_steps} x {vision_batch_size(config)} cells"
+    vision = f"vision pretraining {cells}, then " if sft.vision_steps else ""
+    return f"SFT ({vision}{sft.mode}, {sft.steps} steps x {sft.batch_size} moves)"
 
 
 def describe_plan(config: TrainConfig, notes: Sequence[str] = ()) -> str:
@@ -69,18 +82,7 @@ def describe_plan(config: TrainConfig, notes: Sequence[str] = ()) -> str:
         "  model        "
         f"{config.model.path or 'tiny ' + config.model.tiny + ' model built into ' + config.run_dir + '/base_model'}"
         f" ({config.model.dtype} on {config.model.device})",
-        "  stages       "
-        + (
-            "SFT ("
-            + (f"vision pretraining {config.sft.vision_steps} steps, then " if config.sft.vision_steps else "")
-            + config.sft.mode
-            + f", {config.sft.steps} steps x {config.sft.batch_size} moves) -> "
-            if config.sft.enabled == "always" or (config.sft.enabled == "auto" and not config.sft.checkpoint)
-            else f"no SFT (the start is sft.checkpoint={config.sft.checkpoint}) -> "
-            if config.sft.enabled != "never"
-            else "no SFT (model.path is the start) -> "
-        )
-        + f"RL {config.algo.name} for {loop.steps} steps",
+        f"  stages       {_sft_stage(config)} -> RL {config.algo.name} for {loop.steps} steps",
         f"  adapter      LoRA rank {config.lora.rank}, alpha {config.lora.alpha}, "
         f"targets {config.lora.target_modules or 'all language-model linear layers (vision tower excluded)'}"
         + (

@@ -44,7 +44,6 @@ import torch.distributed as dist
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from mazegym.evalsets import load_eval_set
 from runners import atomic, build
 from runners.config import ConfigError, RaySettings, TrainConfig, from_dict, to_dict, validate
 from runners.config.derived import eval_maze_count, rollout_config
@@ -452,8 +451,7 @@ def padding_passes(per_rank: list[dict[str, float]]) -> float:
 def _evaluate(group: WorkerGroup, set_name: str, count: int, temperature: float, rollout: Any) -> dict[str, Any]:
     """Evaluate the first ``count`` mazes of ``set_name`` split over the workers; same summary and records as
     evaluate_set."""
-    n = min(count, len(load_eval_set(set_name)))
-    bounds = split_evenly(list(range(n)), len(group.actors))
+    bounds = split_evenly(list(range(count)), len(group.actors))
     per_rank = [(set_name, b[0] if b else 0, b[-1] + 1 if b else 0) for b in bounds]
     episodes = [ep for part in group.call("evaluate", per_rank=per_rank) for ep in part]
     return eval_summary(set_name, episodes, rollout, temperature)
