@@ -1,18 +1,22 @@
-"""The algorithm table: every algorithm of the zoo from one SFT checkpoint, same budget, several seeds.
+"""The algorithm table: every algorithm of the zoo on each rollout scheme, from one SFT checkpoint, same budget,
+several seeds.
 
 Makes one SFT model (``mazegym sft``, or reuses ``--sft``), then runs ``mazegym train`` once per
-algorithm x seed as a subprocess (a crash is recorded, not fatal), and writes ``OUT/table.md``,
-``OUT/table.json`` and ``OUT/curves.png`` (eval solve rate vs RL step, mean and min-max over seeds).
-A finished run (``OUT/<algo>/seed<S>/bench.json`` with exit code 0 and the same command) is reused and
-any other is rerun from scratch, so an interrupted table resumes where it stopped.
+scheme x algorithm x seed as a subprocess (a crash is recorded, not fatal), each with ``rollout.branching`` set for
+its scheme (``episodes``: whole plays from each maze's start, the case study's; ``branching``: one-move branches from
+every open cell), so the preset's ``scheme_settings`` apply to the scheme it does not use itself. An algorithm that
+cannot train on a scheme (PPO on branches) gets a row that says so. Writes ``OUT/table.md``, ``OUT/table.json`` and
+one ``OUT/curves_<scheme>.png`` per scheme (eval solve rate vs RL step, mean and min-max over seeds). A finished run
+(``OUT/<scheme>/<algo>/seed<S>/bench.json`` with exit code 0 and the same command) is reused and any other is rerun
+from scratch, so an interrupted table resumes where it stopped.
 
     python benchmarks/algo_table.py --preset cpu-tiny --seeds 0 1 2 --out runs/algo-table
     python benchmarks/algo_table.py --smoke --algos grpo ppo --seeds 0 --out /tmp/algo-smoke
 
-``--publish`` also writes the results where the docs read them: the table between
-``<!-- algo-table:start -->`` and ``<!-- algo-table:end -->`` in benchmarks/README.md, the curves as
-``docs/assets/algo_table_<preset>.png`` and the aggregate as ``docs/assets/algo_table_<preset>.json``
-(``scripts/gen_algorithms_doc.py`` puts each algorithm's measured row on docs/algorithms.md).
+``--publish`` also writes the results where the docs read them: the tables between
+``<!-- algo-table:start -->`` and ``<!-- algo-table:end -->`` in README.md and benchmarks/README.md, the curves as
+``docs/assets/algo_table_<preset>_<scheme>.png`` and the aggregate as ``docs/assets/algo_table_<preset>.json``
+(``scripts/gen_algorithms_doc.py`` puts each algorithm's measured rows on docs/algorithms.md).
 """
 
 from __future__ import annotations
@@ -33,31 +37,30 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the tree's own mazegym
     sys.path.insert(0, str(ROOT))
 
-from mazegym.stats import format_interval, wilson_interval  # noqa: E402
+from mazegym.stats import format_interval, mean_interval, wilson_interval  # noqa: E402
 
 ALGOS = ["grpo", "ppo", "rloo", "dr_grpo", "dapo", "gigpo"]
-# Settings an algorithm needs beyond the preset's. PPO's critic must see every episode, so the preset's
-# zero-variance filter (a GRPO setting) is turned off; DAPO's dynamic sampling *is* that filter, and its
-# clip-higher (0.2/0.28) and token-mean loss are DAPOConfig's defaults; GiGPO needs nothing extra.
+SCHEMES = ["episodes", "branching"]
+SCHEME_TITLES = {"episodes": "episode plays (the case study's scheme)", "branching": "branching rollouts"}
+THRESHOLDS = (0.9, 0.95)
+# Settings an algorithm needs beyond the preset's. PPO's critic must see every episode, so a preset's zero-variance
+# filter (a GRPO setting) is turned off; DAPO's dynamic sampling *is* that filter, and its clip-higher (0.2/0.28) and
+# token-mean loss are DAPOConfig's defaults; GiGPO needs nothing extra.
 ALGO_OVERRIDES = {"ppo": ["algo.filter_zero_variance=false"], "dapo": ["algo.filter_zero_variance=true"]}
-# On the default preset PPO cannot use branching rollouts (its critic is trained on whole plays; `mazegym train`
-# moves it to these settings itself, the table names them), so it plays the preset's 20-move episodes; a step holds
-# ~17 turns per episode instead of one per branch, so it plays 8 mazes x 8 rollouts instead of 64 mazes
-# (about 20 s per step on one core instead of ~170 s) and every turn is kept (no zero-advantage skipping).
-PRESET_ALGO_OVERRIDES = {
-    ("cpu-maze-vlm", "ppo"): [
-        "rollout.branching=false",
-        "loop.overlap_generation=false",
-        "algo.skip_zero_advantage=false",
-        "algo.filter_zero_variance=false",
-        "loop.mazes_per_step=8",
-    ],
-}
+# The table measures the eval set; the preset's held-out sizes would cost minutes per run.
+TABLE_OVERRIDES = ["maze.heldout_sets=[]"]
 
 
-def algo_overrides(preset: str, algo: str) -> list[str]:
-    """The settings ``algo`` needs beyond ``preset``'s (applied before the table's own overrides)."""
-    return [*ALGO_OVERRIDES.get(algo, []), *PRESET_ALGO_OVERRIDES.get((preset, algo), [])]
+def algo_overrides(algo: str) -> list[str]:
+    """The settings ``algo`` needs beyond the preset's (applied before the table's own overrides)."""
+    return list(ALGO_OVERRIDES.get(algo, []))
+
+
+def supports(algo: str, scheme: str) -> bool:
+    """Whether ``algo`` trains on rollout scheme ``scheme`` (``algos.rollout_schemes``)."""
+    import algos
+
+    return scheme in algos.rollout_schemes(algo)
 
 
 SMOKE = ["sft.steps=20", "loop.mazes_per_step=2", "rollout.group_size=2", "eval.every=1"]
@@ -99,9 +102,12 @@ def run_child(args: list[str], log: Path) -> dict:
 
 
 def read_run(run_dir: Path, bench: dict) -> dict:
-    """One run's measured record: bench.json fields + before/after solve rates + the eval curve (step, rate, s)."""
+    """One run's measured record: bench.json fields + before/after solve rates + the eval curve (step, rate, s) + the
+    critic's explained variance per RL step (PPO) + RL steps/s."""
     rec = {k: bench[k] for k in ("algo", "seed", "rc", "wall_s", "peak_rss_mb")}
+    rec["scheme"] = bench.get("scheme", "episodes")
     rec.update(before=None, after=None, solved_before=None, solved_after=None, episodes=None, curve=[])
+    rec.update(explained_variance=[], steps_per_s=None)
     results, metrics = run_dir / "eval_results.json", run_dir / "metrics.jsonl"
     if results.is_file():
         res = json.loads(results.read_text())
@@ -109,20 +115,51 @@ def read_run(run_dir: Path, bench: dict) -> dict:
             if res.get(key):
                 rec[when], rec[f"solved_{when}"] = res[key]["solve_rate"], res[key]["solved"]
                 rec["episodes"] = res[key]["episodes"]
+        rec["steps_per_s"] = (res.get("timing") or {}).get("rl_steps_per_s")
     if metrics.is_file():
         for line in metrics.read_text().splitlines():
             m = json.loads(line)
             if "eval/solve_rate" in m and m["phase"] in ("eval", "rl"):
                 rec["curve"].append([m["step"], m["eval/solve_rate"], m["time"] - bench["start"]])
+            if m.get("phase") == "rl" and "train/explained_variance" in m:
+                rec["explained_variance"].append([m["step"], m["train/explained_variance"]])
     return rec
 
 
+EV_LAST_STEPS = 5
+"""A run's critic is judged on its explained variance averaged over its last this many RL steps (one step's batch is
+noisy)."""
+
+
+def final_explained_variance(run: dict) -> float | None:
+    """The mean explained variance of the run's last :data:`EV_LAST_STEPS` RL steps; None without a critic."""
+    values = [v for _, v in run.get("explained_variance", [])[-EV_LAST_STEPS:]]
+    return statistics.fmean(values) if values else None
+
+
 def spread(values: list[float]) -> dict | None:
-    """Mean, min, max and sample std (None for one value) of ``values``; None when empty."""
+    """Mean, min, max, sample std (None for one value) and the mean's 95% t-interval ``ci95`` (None for one value)
+    of ``values``; None when empty."""
     if not values:
         return None
     std = statistics.stdev(values) if len(values) > 1 else None
-    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values), "std": std, "n": len(values)}
+    ci = mean_interval(values, low=float("-inf"), high=float("inf"))
+    return {
+        "mean": statistics.fmean(values),
+        "min": min(values),
+        "max": max(values),
+        "std": std,
+        "n": len(values),
+        "ci95": None if ci is None else list(ci),
+    }
+
+
+def rate_spread(values: list[float]) -> dict | None:
+    """:func:`spread` of solve rates, the mean's interval clipped to [0, 1]."""
+    s = spread(values)
+    if s is not None and s["ci95"] is not None:
+        s["ci95"] = list(mean_interval(values))
+    return s
 
 
 def counts(runs: list[dict], when: str) -> list[dict]:
@@ -150,27 +187,40 @@ def to_threshold(curve: list[list[float]], threshold: float) -> tuple[int, float
     return next(((step, sec) for step, rate, sec in curve if rate >= threshold), None)
 
 
-def aggregate(runs: list[dict], threshold: float = 0.95) -> list[dict]:
-    """One row per algorithm (in first-seen order): spreads over its finished seeds, and failed seeds."""
+def aggregate(runs: list[dict], thresholds: tuple[float, ...] = THRESHOLDS) -> list[dict]:
+    """One row per (scheme, algorithm), in first-seen order: spreads over its finished seeds, failed seeds, and per
+    threshold how many seeds reached it and the steps and seconds they took."""
     rows = []
-    for algo in dict.fromkeys(r["algo"] for r in runs):
-        mine = [r for r in runs if r["algo"] == algo]
+    for scheme, algo in dict.fromkeys((r.get("scheme", "episodes"), r["algo"]) for r in runs):
+        mine = [r for r in runs if (r.get("scheme", "episodes"), r["algo"]) == (scheme, algo)]
+        if all(r.get("unsupported") for r in mine):
+            rows.append({"scheme": scheme, "algo": algo, "unsupported": True, "seeds": [r["seed"] for r in mine]})
+            continue
         ok = [r for r in mine if r["rc"] == 0 and r["after"] is not None]
-        hits = [h for h in (to_threshold(r["curve"], threshold) for r in ok) if h is not None]
+        reach = {}
+        for threshold in thresholds:
+            hits = [h for h in (to_threshold(r["curve"], threshold) for r in ok) if h is not None]
+            reach[f"{threshold:g}"] = {
+                "reached": len(hits),
+                "steps": spread([h[0] for h in hits]),
+                "seconds": spread([h[1] for h in hits]),
+            }
+        evs = [ev for ev in (final_explained_variance(r) for r in ok) if ev is not None]
         rows.append(
             {
+                "scheme": scheme,
                 "algo": algo,
                 "seeds": [r["seed"] for r in mine],
                 "finished": len(ok),
                 "failed": [r["seed"] for r in mine if r not in ok],
-                "before": spread([r["before"] for r in ok if r["before"] is not None]),
-                "after": spread([r["after"] for r in ok]),
+                "before": rate_spread([r["before"] for r in ok if r["before"] is not None]),
+                "after": rate_spread([r["after"] for r in ok]),
                 "before_counts": counts(ok, "before"),
                 "after_counts": counts(ok, "after"),
-                "reached": len(hits),
+                "to_threshold": reach,
                 "steps_run": spread([r["curve"][-1][0] for r in ok if r["curve"]]),
-                "steps_to_threshold": spread([h[0] for h in hits]),
-                "seconds_to_threshold": spread([h[1] for h in hits]),
+                "explained_variance": spread(evs),
+                "steps_per_s": spread([r["steps_per_s"] for r in ok if r.get("steps_per_s")]),
                 "wall_s": spread([r["wall_s"] for r in mine]),
                 "peak_rss_mb": spread([r["peak_rss_mb"] for r in mine]),
             }
@@ -186,33 +236,67 @@ def fmt(s: dict | None, scale: float = 1.0, digits: int = 1, unit: str = "") -> 
     return f"{m}{unit}" if s["n"] == 1 else f"{m}{unit} ({lo}-{hi}{unit}, sd {sd}{unit})"
 
 
+def fmt_rate(s: dict | None) -> str:
+    """A solve rate's mean over seeds in percent with its 95% t-interval: ``75.0% [12.9-100.0%]``."""
+    if s is None:
+        return "-"
+    if s.get("ci95") is None:
+        return f"{100 * s['mean']:.1f}%"
+    lo, hi = s["ci95"]
+    return f"{100 * s['mean']:.1f}% [{100 * lo:.1f}-{100 * hi:.1f}%]"
+
+
+def fmt_steps(r: dict, key: str) -> str:
+    """RL steps to threshold ``key``: the mean over the seeds that reached it, and how many of the finished did."""
+    hit = r["to_threshold"].get(key)
+    if not hit or not hit["reached"]:
+        return "not reached"
+    return f"{fmt(hit['steps'], 1, 1)} ({hit['reached']}/{r['finished']})"
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
-    """The table as Markdown, with the command and settings that produced it."""
-    thr = f"{meta['threshold']:.0%}"
+    """The tables (one per rollout scheme) as Markdown, with the command and settings that produced them."""
+    keys = [f"{t:g}" for t in meta["thresholds"]]
     lines = [
         f"# Algorithm table: preset `{meta['preset']}`",
         "",
         f"Command: `{meta['command']}`  ",
         f"SFT start: `{meta['sft']}`; overrides: `{' '.join(meta['overrides'])}`  ",
-        f"Greedy solve rate on the preset's eval set; mean (min-max, sd) over finished seeds. The solved columns give "
-        "each finished seed's count with its 95% Wilson interval on the eval set (61/64 is 87.1-98.4%): one seed's "
-        f"difference inside it is a maze or two, not a result. {meta['date']}",
-        "",
-        f"| algo | seeds ok | before RL | solved before RL | after RL | solved after RL, per seed | RL steps "
-        f"| steps to {thr} | wall to {thr} | wall per run | peak RSS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "Greedy solve rate on the preset's eval set after the run's RL steps. *after RL* is the mean over finished "
+        "seeds with its 95% Student-t interval over seeds (3 seeds: mean +- 2.48 sd, so wide); the solved columns "
+        "give each seed's count with its 95% Wilson interval on the eval set (61/64 is 87.1-98.4%): one seed's "
+        "difference inside it is a maze or two, not a result. *steps to X* is the first evaluated RL step at or "
+        "above X, mean over the seeds that reached it (how many of the finished did). Explained variance: the "
+        f"critic's, mean of each seed's last {EV_LAST_STEPS} RL steps. {meta['date']}",
     ]
-    for r in rows:
-        ok = f"{r['finished']}/{len(r['seeds'])}" + (f" (failed: {r['failed']})" if r["failed"] else "")
-        steps = fmt(r["steps_to_threshold"])
-        reach = "not reached" if not r["reached"] else f"{steps} ({r['reached']}/{r['finished']} seeds)"
-        secs = "not reached" if not r["reached"] else fmt(r["seconds_to_threshold"], 1 / 60, 1, " min")
-        lines.append(
-            f"| {r['algo']} | {ok} | {fmt(r['before'], 100, 1, '%')} | {fmt_counts(r.get('before_counts', []), True)} "
-            f"| {fmt(r['after'], 100, 1, '%')} | {fmt_counts(r.get('after_counts', []))} | "
-            f"{fmt(r.get('steps_run'), 1, 0)} | {reach} | {secs} | {fmt(r['wall_s'], 1 / 60, 1, ' min')} | "
-            f"{fmt(r['peak_rss_mb'], 1 / 1024, 2, ' GB')} |"
-        )
+    for scheme in dict.fromkeys(r["scheme"] for r in rows):
+        lines += [
+            "",
+            f"**{SCHEME_TITLES.get(scheme, scheme)}**",
+            "",
+            "| algo | seeds ok | solved before RL | after RL, mean [95% CI] | solved after RL, per seed | "
+            + " | ".join(f"steps to {float(k):.0%}" for k in keys)
+            + " | "
+            + " | ".join(f"wall to {float(k):.0%}" for k in keys)
+            + " | critic EV | RL steps/s | wall per run | peak RSS |",
+            "|---|---|---|---|---|" + "---|" * (2 * len(keys)) + "---|---|---|---|",
+        ]
+        for r in (r for r in rows if r["scheme"] == scheme):
+            if r.get("unsupported"):
+                lines.append(f"| {r['algo']} | not run: it does not train on {scheme} |" + " |" * (7 + 2 * len(keys)))
+                continue
+            ok = f"{r['finished']}/{len(r['seeds'])}" + (f" (failed: {r['failed']})" if r["failed"] else "")
+            steps = [fmt_steps(r, k) for k in keys]
+            walls = []
+            for k in keys:
+                hit = r["to_threshold"][k]
+                walls.append("-" if not hit["reached"] else fmt(hit["seconds"], 1 / 60, 1, " min"))
+            lines.append(
+                f"| {r['algo']} | {ok} | {fmt_counts(r['before_counts'], True)} | {fmt_rate(r['after'])} | "
+                f"{fmt_counts(r['after_counts'])} | {' | '.join(steps)} | {' | '.join(walls)} | "
+                f"{fmt(r['explained_variance'], 1, 2)} | {fmt(r['steps_per_s'], 1, 3)} | "
+                f"{fmt(r['wall_s'], 1 / 60, 1, ' min')} | {fmt(r['peak_rss_mb'], 1 / 1024, 2, ' GB')} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -248,17 +332,26 @@ README_START, README_END = "<!-- algo-table:start -->", "<!-- algo-table:end -->
 
 
 def publish(out: Path, table: str, data: dict, preset: str, readme: Path, assets: Path) -> None:
-    """Write the table into ``readme`` between the markers and copy the curves and the aggregate into ``assets``."""
+    """Write the tables into ``readme`` between the markers and copy each scheme's curves and the aggregate into
+    ``assets``."""
     text = readme.read_text()
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
         raise SystemExit(f"{readme} has no {README_START} ... {README_END} block")
-    picture = Path(os.path.relpath(assets / f"algo_table_{preset}.png", readme.parent)).as_posix()
     body = table.split("\n", 2)[2].strip("\n")  # without the page title
-    block = f"{body}\n\n![eval solve rate per RL step, mean and min-max over seeds]({picture})\n"
+    pictures = []
+    for scheme in data["schemes"]:
+        name = f"algo_table_{preset}_{scheme}.png"
+        if not (out / f"curves_{scheme}.png").is_file():
+            continue
+        write_atomic(assets / name, (out / f"curves_{scheme}.png").read_bytes())
+        link = Path(os.path.relpath(assets / name, readme.parent)).as_posix()
+        pictures.append(
+            f"![{SCHEME_TITLES.get(scheme, scheme)}: eval solve rate per RL step, mean and min-max over seeds]({link})"
+        )
+    block = f"{body}\n\n" + "\n".join(pictures) + "\n"
     write_atomic(readme, (text[: start + len(README_START)] + "\n" + block + text[end:]).encode())
-    write_atomic(assets / f"algo_table_{preset}.png", (out / "curves.png").read_bytes())
-    keep = {k: data[k] for k in ("preset", "command", "date", "threshold", "overrides", "algo_overrides", "rows")}
+    keep = {k: data[k] for k in ("preset", "command", "sft", "date", "thresholds", "overrides", "schemes", "rows")}
     write_atomic(assets / f"algo_table_{preset}.json", json.dumps(keep, indent=1).encode())
 
 
@@ -270,8 +363,17 @@ def sft_checkpoint(path: Path) -> Path:
     return path
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as the table names it: relative to the working directory when it lies under it (a published table
+    must not name one machine's directories)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse the options, run SFT and every algorithm x seed, write and print the table."""
+    """Parse the options, run SFT and every scheme x algorithm x seed, write and print the tables."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--preset",
@@ -279,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         help="mazegym preset (default cpu-tiny, the text row)",
     )
     p.add_argument("--algos", nargs="+", default=ALGOS, help=f"algorithms (default: {' '.join(ALGOS)})")
+    p.add_argument(
+        "--schemes", nargs="+", default=SCHEMES, choices=SCHEMES, help=f"rollout schemes (default: {' '.join(SCHEMES)})"
+    )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="loop.seed values (default 0 1 2)")
     p.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the preset's loop.steps)")
     p.add_argument("--out", type=Path, default=Path("runs/algo-table"), help="output dir (default runs/algo-table)")
@@ -289,19 +394,31 @@ def main(argv: list[str] | None = None) -> int:
         help="reuse this SFT model dir, a run dir holding sft/model, or an earlier --out",
     )
     p.add_argument("--extra", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for SFT and every run")
-    p.add_argument("--threshold", type=float, default=0.95, help="solve rate for the steps/wall-to columns")
-    p.add_argument("--parallel", type=int, default=1, help="runs at a time (default 1: sequential)")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="runs at a time (default 1: sequential); above 1 each run's update and rollouts use one thread",
+    )
     p.add_argument("--smoke", action="store_true", help=f"tiny budget: {' '.join(SMOKE)}, {SMOKE_STEPS} RL steps")
     p.add_argument(
-        "--publish", action="store_true", help="write the table into benchmarks/README.md and docs/assets (see above)"
+        "--publish", action="store_true", help="write the tables into benchmarks/README.md and docs/assets (see above)"
     )
-    p.add_argument("--readme", type=Path, default=ROOT / "benchmarks" / "README.md", help="the page --publish edits")
+    p.add_argument(
+        "--readme",
+        type=Path,
+        nargs="+",
+        default=[ROOT / "README.md", ROOT / "benchmarks" / "README.md"],
+        help="the pages --publish edits (default: README.md and benchmarks/README.md)",
+    )
     args = p.parse_args(argv)
     out = args.out.resolve()
     steps = args.steps if args.steps is not None else (SMOKE_STEPS if args.smoke else None)
     overrides = [
+        *TABLE_OVERRIDES,
         *(SMOKE if args.smoke else []),
         *([f"loop.steps={steps}"] if steps else []),
+        *(["loop.update_threads=1", "loop.rollout_threads=1"] if args.parallel > 1 else []),
         *args.extra,
         "logging.progress=false",
     ]
@@ -317,9 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     if not ((sft / "config.json").is_file() or (sft / "adapter_config.json").is_file()):
         sys.exit(f"--sft {args.sft}: no model or adapter at {sft} (give a model dir or a run dir holding sft/model)")
 
-    def one(job: tuple[str, int]) -> dict:
-        algo, seed = job
-        run_dir = out / algo / f"seed{seed}"
+    def one(job: tuple[str, str, int]) -> dict:
+        scheme, algo, seed = job
+        if not supports(algo, scheme):
+            return {"scheme": scheme, "algo": algo, "seed": seed, "unsupported": True}
+        run_dir = out / scheme / algo / f"seed{seed}"
         done = run_dir / "bench.json"
         cli = [
             "train",
@@ -331,44 +450,51 @@ def main(argv: list[str] | None = None) -> int:
             "none",
             f"sft.checkpoint={sft}",
             f"algo.name={algo}",
+            f"rollout.branching={str(scheme == 'branching').lower()}",
             f"loop.seed={seed}",
-            *algo_overrides(args.preset, algo),
+            *algo_overrides(algo),
             *overrides,
         ]
         old = json.loads(done.read_text()) if done.is_file() else {}
         if old.get("rc") == 0 and old["cmd"][3:] == cli:
-            print(f"[{algo} seed {seed}] reused {run_dir}", flush=True)
+            print(f"[{scheme} {algo} seed {seed}] reused {run_dir}", flush=True)
             return read_run(run_dir, old)
         shutil.rmtree(run_dir, ignore_errors=True)  # a crashed, interrupted or other run is measured from scratch
-        bench = {"algo": algo, "seed": seed, **run_child(cli, run_dir / "train.log")}
+        bench = {"scheme": scheme, "algo": algo, "seed": seed, **run_child(cli, run_dir / "train.log")}
         write_atomic(done, json.dumps(bench, indent=2).encode())
         print(
-            f"[{algo} seed {seed}] exit {bench['rc']}, {bench['wall_s']:.0f} s, peak RSS {bench['peak_rss_mb']:.0f} MB",
+            f"[{scheme} {algo} seed {seed}] exit {bench['rc']}, {bench['wall_s']:.0f} s, "
+            f"peak RSS {bench['peak_rss_mb']:.0f} MB",
             flush=True,
         )
         return read_run(run_dir, bench)
 
-    jobs = [(a, s) for a in args.algos for s in args.seeds]
+    jobs = [(scheme, a, s) for scheme in args.schemes for a in args.algos for s in args.seeds]
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         runs = list(pool.map(one, jobs))
-    rows = aggregate(runs, args.threshold)
+    rows = aggregate(runs)
     meta = {
         "preset": args.preset,
-        "sft": str(sft),
+        "sft": shown_path(sft),
         "overrides": overrides,
-        "threshold": args.threshold,
+        "thresholds": list(THRESHOLDS),
+        "schemes": list(args.schemes),
         "command": " ".join(["python benchmarks/algo_table.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "algo_overrides": {a: algo_overrides(args.preset, a) for a in args.algos},
     }
     table = markdown(rows, meta)
     write_atomic(out / "table.md", table.encode())
     write_atomic(out / "table.json", json.dumps({**meta, "rows": rows, "runs": runs}, indent=2).encode())
-    plot(runs, out / "curves.png", f"{args.preset}: eval solve rate, mean and min-max over seeds")
+    for scheme in args.schemes:
+        mine = [r for r in runs if r["scheme"] == scheme and not r.get("unsupported")]
+        if mine:
+            title = f"{args.preset}, {SCHEME_TITLES[scheme]}: eval solve rate, mean and min-max over seeds"
+            plot(mine, out / f"curves_{scheme}.png", title)
     if args.publish:
-        publish(out, table, {**meta, "rows": rows}, args.preset, args.readme, ROOT / "docs" / "assets")
-    print(table + f"\nWrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
-    return 0 if all(r["rc"] == 0 for r in runs) else 1
+        for readme in args.readme:
+            publish(out, table, {**meta, "rows": rows}, args.preset, readme, ROOT / "docs" / "assets")
+    print(table + f"\nWrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves_<scheme>.png'}")
+    return 0 if all(r.get("unsupported") or r["rc"] == 0 for r in runs) else 1
 
 
 if __name__ == "__main__":

@@ -37,3 +37,36 @@ def format_interval(successes: int, trials: int, digits: int = 1) -> str:
     """The 95% Wilson interval of ``successes / trials`` in percent, as tables print it: ``"87.1-98.4%"``."""
     low, high = wilson_interval(successes, trials)
     return f"{100 * low:.{digits}f}-{100 * high:.{digits}f}%"
+
+
+_T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 6: 2.4469, 7: 2.3646, 8: 2.3060, 9: 2.2622, 10: 2.2281}
+"""Student's t quantile of a two-sided 95% interval for 1-10 degrees of freedom (standard tables)."""
+
+
+def t_quantile_95(df: int) -> float:
+    """Student's t quantile of a two-sided 95% interval with ``df`` degrees of freedom: the table for 1-10, past it
+    the Cornish-Fisher expansion around the normal quantile (within 0.001 of the exact value)."""
+    if df < 1:
+        raise ValueError(f"need df >= 1, got {df}")
+    if df in _T975:
+        return _T975[df]
+    z = Z95
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+def mean_interval(values: list[float], low: float = 0.0, high: float = 1.0) -> tuple[float, float] | None:
+    """The 95% Student-t interval of the mean of ``values`` (e.g. one solve rate per seed), clipped to
+    ``[low, high]``; None for fewer than two values. Over 3 seeds it is mean +- 2.48 x their standard deviation:
+    wide, which is what 3 seeds can say."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile_95(n - 1) * sd / math.sqrt(n)
+    return max(low, mean - half), min(high, mean + half)

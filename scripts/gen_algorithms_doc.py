@@ -72,27 +72,39 @@ def update_keys(name: str) -> set[str]:
 def _pct(spread: dict | None) -> str:
     if not spread:
         return "-"
-    if spread["n"] == 1:
+    if spread.get("ci95") is None:
         return f"{100 * spread['mean']:.1f}%"
-    return f"{100 * spread['mean']:.1f}% ({100 * spread['min']:.1f}-{100 * spread['max']:.1f}%)"
+    lo, hi = spread["ci95"]
+    return f"{100 * spread['mean']:.1f}% [95% CI {100 * lo:.1f}-{100 * hi:.1f}%]"
 
 
 def measured(name: str) -> str:
-    """The algorithm's row of the published algorithm table, or a line saying there is none."""
+    """The algorithm's rows of the published algorithm table (one per rollout scheme), or a line saying there are
+    none."""
+    from runners.config.schemes import SCHEME_NAMES
+
     if not MEASURED.is_file():
         return "Not measured on the default preset yet (`benchmarks/algo_table.py --publish`)."
     data = json.loads(MEASURED.read_text())
-    row = next((r for r in data["rows"] if r["algo"] == name), None)
-    if row is None:
+    rows = [r for r in data["rows"] if r["algo"] == name and r.get("scheme")]
+    if not rows:
         return f"Not in the published table (`{data['command']}`)."
-    steps = row.get("steps_run") or {}
-    extra = " ".join(data.get("algo_overrides", {}).get(name, []))
+    parts = []
+    for row in rows:
+        where = SCHEME_NAMES.get(row["scheme"], row["scheme"])
+        if row.get("unsupported"):
+            parts.append(f"on {where}: not run (it does not train there)")
+            continue
+        steps = (row.get("steps_run") or {}).get("mean", 0)
+        before = "; ".join(f"{c['solved']}/{c['episodes']}" for c in row["before_counts"][:1]) or "-"
+        parts.append(
+            f"on {where}, {row['finished']} of {len(row['seeds'])} seeds: **{before} -> {_pct(row['after'])}** "
+            f"after {steps:.0f} RL steps"
+        )
     return (
-        f"Default preset (`{data['preset']}`), {row['finished']} of {len(row['seeds'])} seeds finished, "
-        f"greedy solve rate on the fixed 64 mazes, mean (min-max): **{_pct(row['before'])} -> "
-        f"{_pct(row['after'])}** after {steps.get('mean', 0):.0f} RL steps on average"
-        + (f" (with `{extra}`)" if extra else "")
-        + f". Command: `{data['command']}` ({data['date']}); the README has the whole table."
+        f"Default preset (`{data['preset']}`), greedy solve rate on the fixed 64 mazes from one SFT start, mean over "
+        f"seeds with its 95% interval: {'; '.join(parts)}. Command: `{data['command']}` ({data['date']}); "
+        "the README and benchmarks/README.md have the whole table."
     )
 
 

@@ -138,9 +138,13 @@ def test_a_scheme_the_user_chose_brings_its_settings_but_keeps_the_users():
     cfg, note = _resolved("cpu-maze-vlm", ["rollout.branching=false"])
     assert note == (
         "episode plays (rollout.branching=false) also set: loop.overlap_generation=false "
-        "algo.skip_zero_advantage=false algo.filter_zero_variance=false"
+        "algo.skip_zero_advantage=false algo.filter_zero_variance=false rollout.temperature=0.3 "
+        "loop.mazes_per_step=16"
     )
     C.validate(cfg, need_model=False)
+    # the preset's settings for episode plays (scheme_settings) yield to the user's own
+    cfg, note = _resolved("cpu-maze-vlm", ["algo.name=ppo", "rollout.temperature=1.0"])
+    assert cfg.rollout.temperature == 1.0 and "temperature" not in note and cfg.loop.mazes_per_step == 16
     cfg, note = _resolved("cpu-maze-vlm", ["algo.name=dapo", "rollout.branching=false"])
     assert "filter_zero_variance" not in note and cfg.algo.params["filter_zero_variance"] is True  # DAPO's default
     cfg, note = _resolved("cpu-maze-vlm", ["algo.name=ppo", "algo.params.filter_zero_variance=true"])
@@ -149,6 +153,31 @@ def test_a_scheme_the_user_chose_brings_its_settings_but_keeps_the_users():
     assert note is None and cfg.rollout.branching
     with pytest.raises(C.ConfigError, match="rollout.branching=true: algo.name=ppo"):
         C.validate(cfg, need_model=False)
+
+
+def test_scheme_settings_apply_only_on_the_other_scheme_and_are_checked():
+    cfg, note = _resolved("cpu-maze-vlm", ["algo.name=grpo"])  # on the preset's own scheme they are not applied
+    assert note is None and cfg.rollout.temperature == 1.0 and cfg.loop.mazes_per_step == 64
+    cfg, _ = _resolved("cpu-maze-vlm", ["algo.name=ppo"])
+    assert (cfg.rollout.temperature, cfg.loop.mazes_per_step) == (0.3, 16)
+    # a preset or config file of one's own may set them; each key is checked as if it were set
+    for bad, match in (
+        ({"episode": {"rollout": {"temperature": 0.3}}}, "scheme_settings.episode: not a rollout scheme"),
+        ({"episodes": {"rollout": {"temprature": 0.3}}}, "scheme_settings.episodes: unknown config key 'rollout.temp"),
+        ({"episodes": {"loop": {"mazes_per_step": "many"}}}, "scheme_settings.episodes: loop.mazes_per_step"),
+        ({"episodes": {"rollout": {"branching": True}}}, "the scheme itself cannot be one of its settings"),
+    ):
+        cfg = C.apply_config_file(get_preset("cpu-maze-vlm"), {"scheme_settings": bad})
+        with pytest.raises(C.ConfigError, match=match):
+            C.validate(cfg, need_model=False)
+    cfg = C.apply_config_file(
+        get_preset("cpu-tiny"), {"scheme_settings": {"branching": {"rollout": {"branch_samples": 4}}}}
+    )
+    C.validate(cfg, need_model=False)
+    base = C.scheme_of(cfg)
+    C.apply_overrides(cfg, ["rollout.branching=true"])
+    note = C.resolve_scheme(cfg, base, {"rollout.branching"})
+    assert cfg.rollout.branch_samples == 4 and "rollout.branch_samples=4" in note
 
 
 def test_an_algorithm_that_only_branches_moves_to_branching(monkeypatch):

@@ -37,3 +37,27 @@ def test_edges_and_format():
     for bad in ((65, 64), (-1, 64), (0, -1)):
         with pytest.raises(ValueError):
             wilson_interval(*bad)
+
+
+def test_t_quantiles_match_the_tables():
+    from mazegym.stats import t_quantile_95
+
+    # two-sided 95% Student-t quantiles from standard tables
+    for df, t in ((1, 12.706), (2, 4.303), (3, 3.182), (10, 2.228), (11, 2.201), (15, 2.131), (30, 2.042)):
+        assert t_quantile_95(df) == pytest.approx(t, abs=1e-3)
+    assert t_quantile_95(10_000) == pytest.approx(1.960, abs=1e-3)
+    with pytest.raises(ValueError):
+        t_quantile_95(0)
+
+
+def test_mean_interval_over_three_seeds_by_hand():
+    from mazegym.stats import mean_interval
+
+    # 0.5, 0.75, 1.0: mean 0.75, sd 0.25, half-width 4.3027 * 0.25 / sqrt(3) = 0.62104; clipped to [0, 1]
+    low, high = mean_interval([0.5, 0.75, 1.0])
+    assert (low, high) == pytest.approx((0.12896, 1.0), abs=1e-5)
+    assert mean_interval([0.9, 0.9, 0.9]) == pytest.approx((0.9, 0.9))
+    assert mean_interval([0.5]) is None
+    assert mean_interval([-1.0, 1.0], low=float("-inf"), high=float("inf")) == pytest.approx(
+        (-12.706, 12.706), abs=1e-3
+    )

@@ -324,3 +324,7 @@ class TrainConfig:
     """Metrics sinks."""
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     """Local or Ray runner."""
+    scheme_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Settings for each rollout scheme (``episodes``, ``branching``) other than the preset's own, nested like the
+    config (``{episodes: {rollout: {temperature: 0.3}}}``): applied when a run moves to that scheme (its algorithm
+    trains only there, or rollout.branching was set), except keys the user sets."""

@@ -47,15 +47,28 @@ def _current(config: TrainConfig, key: str) -> Any:
     return _get(config, key)
 
 
+def flat_settings(nested: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping of settings (``{rollout: {temperature: 0.3}}``) as dotted keys (``rollout.temperature``)."""
+    flat: dict[str, Any] = {}
+    for key, value in nested.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def scheme_settings(config: TrainConfig, scheme: str) -> dict[str, Any]:
-    """The settings that put ``config`` (with its algorithm) on ``scheme``: :data:`SCHEME_SETTINGS`, and on episode
-    plays the algorithm's own defaults of :data:`BRANCHING_ALGO_SETTINGS`."""
+    """The settings that put ``config`` (with its algorithm) on ``scheme``: :data:`SCHEME_SETTINGS`, on episode
+    plays the algorithm's own defaults of :data:`BRANCHING_ALGO_SETTINGS`, then the config's own
+    ``scheme_settings[scheme]`` (a preset's tuning for the scheme it does not use itself)."""
     settings = dict(SCHEME_SETTINGS[scheme])
     if scheme == "episodes":
         import algos
 
         defaults = algos.config_class(config.algo.name)()
         settings.update({f"algo.{name}": getattr(defaults, name) for name in BRANCHING_ALGO_SETTINGS})
+    settings.update(flat_settings(config.scheme_settings.get(scheme, {})))
     return settings
 
 

@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 from runners import models
-from runners.config.overrides import _get
+from runners.config.overrides import _get, set_value
 from runners.config.schema import ConfigError, TrainConfig
-from runners.config.schemes import SCHEME_NAMES, scheme_of
+from runners.config.schemes import SCHEME_NAMES, flat_settings, scheme_of
 from runners.rollout import collectors
 from runners.rollout.collect import RolloutConfig
 
@@ -159,6 +159,7 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"{str(schemes[0] == 'branching').lower()} (or leave rollout.branching to the preset: mazegym then "
             f"moves the run to the algorithm's scheme), or use {', '.join(others)}"
         )
+    _check_scheme_settings(config)
     try:
         algos.get(config.algo.name).check_config(algos.make_config(config.algo.name, **config.algo.params))
     except (TypeError, ValueError) as exc:
@@ -291,6 +292,30 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         raise ConfigError(
             f"checkpoint.resume={resume!r}: no such checkpoint; use auto, latest, none or an existing checkpoint path"
         )
+
+
+def _check_scheme_settings(config: TrainConfig) -> None:
+    """Every ``scheme_settings`` entry names a rollout scheme, and each of its settings is a config key it may set
+    to that value (checked on a copy of ``config``)."""
+    import copy
+
+    import algos
+
+    for scheme, nested in config.scheme_settings.items():
+        if scheme not in algos.ROLLOUT_SCHEMES:
+            raise ConfigError(
+                f"scheme_settings.{scheme}: not a rollout scheme; choose one of {', '.join(algos.ROLLOUT_SCHEMES)}"
+            )
+        if not isinstance(nested, dict):
+            raise ConfigError(f"scheme_settings.{scheme} must be a mapping of settings, got {nested!r}")
+        trial = copy.deepcopy(config)
+        for key, value in flat_settings(nested).items():
+            if key.split(".")[0] == "scheme_settings" or key in ("rollout.branching", "rollout.collector"):
+                raise ConfigError(f"scheme_settings.{scheme}.{key}: the scheme itself cannot be one of its settings")
+            try:
+                set_value(trial, key, value)
+            except ConfigError as exc:
+                raise ConfigError(f"scheme_settings.{scheme}: {exc}") from None
 
 
 def _scheme_choice(config: TrainConfig) -> str:
