@@ -8,7 +8,7 @@ every open cell), so the preset's ``scheme_settings`` apply to the scheme it doe
 cannot train on a scheme (PPO on branches) gets a row that says so. Writes ``OUT/table.md``, ``OUT/table.json`` and
 one ``OUT/curves_<scheme>.png`` per scheme (eval solve rate vs RL step, mean and min-max over seeds). A finished run
 (``OUT/<scheme>/<algo>/seed<S>/bench.json`` with exit code 0 and the same command) is reused and any other is rerun
-from scratch, so an interrupted table resumes where it stopped.
+from scratch, so an interrupted table resumes where it stopped; so is the SFT model the table made itself.
 
     python benchmarks/algo_table.py --preset cpu-tiny --seeds 0 1 2 --out runs/algo-table
     python benchmarks/algo_table.py --smoke --algos grpo ppo --seeds 0 --out /tmp/algo-smoke
@@ -423,13 +423,18 @@ def main(argv: list[str] | None = None) -> int:
         "logging.progress=false",
     ]
     if args.sft is None:
-        print(f"[sft] mazegym sft --preset {args.preset} -> {out / 'sft'}", flush=True)
-        res = run_child(
-            ["sft", "--preset", args.preset, "--run-dir", str(out / "sft"), "--no-eval", *overrides],
-            out / "sft" / "sft.log",
-        )
-        if res["rc"] != 0:
-            sys.exit(f"SFT failed (exit {res['rc']}); see {out / 'sft' / 'sft.log'}")
+        sft_cli = ["sft", "--preset", args.preset, "--run-dir", str(out / "sft"), "--no-eval", *overrides]
+        made = out / "sft" / "bench.json"
+        old = json.loads(made.read_text()) if made.is_file() else {}
+        if old.get("rc") == 0 and old["cmd"][3:] == sft_cli:
+            print(f"[sft] reused {out / 'sft'}", flush=True)
+        else:
+            print(f"[sft] mazegym sft --preset {args.preset} -> {out / 'sft'}", flush=True)
+            shutil.rmtree(out / "sft", ignore_errors=True)
+            res = run_child(sft_cli, out / "sft" / "sft.log")
+            if res["rc"] != 0:
+                sys.exit(f"SFT failed (exit {res['rc']}); see {out / 'sft' / 'sft.log'}")
+            write_atomic(made, json.dumps(res, indent=2).encode())
     sft = sft_checkpoint((args.sft or out / "sft").resolve())
     if not ((sft / "config.json").is_file() or (sft / "adapter_config.json").is_file()):
         sys.exit(f"--sft {args.sft}: no model or adapter at {sft} (give a model dir or a run dir holding sft/model)")
