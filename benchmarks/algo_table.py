@@ -206,6 +206,7 @@ def aggregate(runs: list[dict], thresholds: tuple[float, ...] = THRESHOLDS) -> l
                 "seconds": spread([h[1] for h in hits]),
             }
         evs = [ev for ev in (final_explained_variance(r) for r in ok) if ev is not None]
+        evs_all = [statistics.fmean(v for _, v in r["explained_variance"]) for r in ok if r.get("explained_variance")]
         rows.append(
             {
                 "scheme": scheme,
@@ -220,6 +221,7 @@ def aggregate(runs: list[dict], thresholds: tuple[float, ...] = THRESHOLDS) -> l
                 "to_threshold": reach,
                 "steps_run": spread([r["curve"][-1][0] for r in ok if r["curve"]]),
                 "explained_variance": spread(evs),
+                "explained_variance_all_steps": spread(evs_all),
                 "steps_per_s": spread([r["steps_per_s"] for r in ok if r.get("steps_per_s")]),
                 "wall_s": spread([r["wall_s"] for r in mine]),
                 "peak_rss_mb": spread([r["peak_rss_mb"] for r in mine]),
@@ -254,6 +256,15 @@ def fmt_steps(r: dict, key: str) -> str:
     return f"{fmt(hit['steps'], 1, 1)} ({hit['reached']}/{r['finished']})"
 
 
+def fmt_ev(r: dict) -> str:
+    """The critic's explained variance: mean over seeds of the last steps' mean, then of every step's; ``-`` for the
+    critic-free algorithms."""
+    last, every = r.get("explained_variance"), r.get("explained_variance_all_steps")
+    if last is None:
+        return "-"
+    return f"{last['mean']:.2f} / {every['mean']:.2f}" if every else f"{last['mean']:.2f}"
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     """The tables (one per rollout scheme) as Markdown, with the command and settings that produced them."""
     keys = [f"{t:g}" for t in meta["thresholds"]]
@@ -266,8 +277,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "seeds with its 95% Student-t interval over seeds (3 seeds: mean +- 2.48 sd, so wide); the solved columns "
         "give each seed's count with its 95% Wilson interval on the eval set (61/64 is 87.1-98.4%): one seed's "
         "difference inside it is a maze or two, not a result. *steps to X* is the first evaluated RL step at or "
-        "above X, mean over the seeds that reached it (how many of the finished did). Explained variance: the "
-        f"critic's, mean of each seed's last {EV_LAST_STEPS} RL steps. {meta['date']}",
+        "above X, mean over the seeds that reached it (how many of the finished did). *critic EV*: the critic's "
+        f"explained variance of its value targets, mean of each seed's last {EV_LAST_STEPS} RL steps / of all its "
+        "steps, mean over seeds (once nearly every play succeeds, the targets barely vary and it falls). "
+        f"{meta['date']}",
     ]
     for scheme in dict.fromkeys(r["scheme"] for r in rows):
         lines += [
@@ -294,7 +307,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
             lines.append(
                 f"| {r['algo']} | {ok} | {fmt_counts(r['before_counts'], True)} | {fmt_rate(r['after'])} | "
                 f"{fmt_counts(r['after_counts'])} | {' | '.join(steps)} | {' | '.join(walls)} | "
-                f"{fmt(r['explained_variance'], 1, 2)} | {fmt(r['steps_per_s'], 1, 3)} | "
+                f"{fmt_ev(r)} | {fmt(r['steps_per_s'], 1, 3)} | "
                 f"{fmt(r['wall_s'], 1 / 60, 1, ' min')} | {fmt(r['peak_rss_mb'], 1 / 1024, 2, ' GB')} |"
             )
     return "\n".join(lines) + "\n"

@@ -100,7 +100,7 @@ def test_threshold_is_inclusive_and_table_text():
         "0.100 (0.100-0.100, sd 0.000) | 3.3 min (1.7-5.0 min, sd 1.7 min) | 0.59 GB (0.49-0.68 GB, sd 0.10 GB) |"
     ) in md
     assert "| b | 1/2 (failed: [0]) | 8/20 (21.9-61.3%) | 25.0% | 5/20 (11.2-46.9%) | not reached | not reached " in md
-    assert "| 0.20 |" in md  # b's critic
+    assert "| 0.20 / 0.32 |" in md  # b's critic: the last 5 steps, all 6 steps ((0.9 + 0 + 0.1 + 0.2 + 0.3 + 0.4) / 6)
     assert "**episode plays (the case study's scheme)**" in md and "**branching rollouts**" in md
     assert "| b | not run: it does not train on branching |" in md
     assert "95% Wilson interval" in md and "95% Student-t interval" in md
