@@ -125,7 +125,8 @@ def test_an_algorithm_that_cannot_branch_moves_to_episode_plays():
     assert note.startswith("algo.name=ppo trains on episode plays only: rollout.branching=false")
     assert not cfg.rollout.branching and not cfg.loop.overlap_generation
     assert cfg.algo.params["skip_zero_advantage"] is False and cfg.algo.params["filter_zero_variance"] is False
-    assert cfg.algo.params["negative_weight"] == 0.0  # the preset's other settings stay
+    assert cfg.algo.params["epochs"] == 1  # its scheme_settings
+    assert cfg.algo.params["decay_updates"] == 20  # the preset's other settings stay
     C.validate(cfg, need_model=False)
     for name in ("grpo", "dapo"):  # they branch: nothing moves
         cfg, note = _resolved("cpu-maze-vlm", [f"algo.name={name}"])
@@ -139,7 +140,7 @@ def test_a_scheme_the_user_chose_brings_its_settings_but_keeps_the_users():
     assert note == (
         "episode plays (rollout.branching=false) also set: loop.overlap_generation=false "
         "algo.skip_zero_advantage=false algo.filter_zero_variance=false rollout.temperature=0.3 "
-        "loop.mazes_per_step=16"
+        "loop.mazes_per_step=16 algo.epochs=1"
     )
     C.validate(cfg, need_model=False)
     # the preset's settings for episode plays (scheme_settings) yield to the user's own
