@@ -161,6 +161,7 @@ def test_scheme_settings_apply_only_on_the_other_scheme_and_are_checked():
     assert note is None and cfg.rollout.temperature == 1.0 and cfg.loop.mazes_per_step == 64
     cfg, _ = _resolved("cpu-maze-vlm", ["algo.name=ppo"])
     assert (cfg.rollout.temperature, cfg.loop.mazes_per_step) == (0.3, 16)
+    assert C.from_dict(C.to_dict(cfg)).scheme_settings == cfg.scheme_settings  # a saved run keeps them
     # a preset or config file of one's own may set them; each key is checked as if it were set
     for bad, match in (
         ({"episode": {"rollout": {"temperature": 0.3}}}, "scheme_settings.episode: not a rollout scheme"),
