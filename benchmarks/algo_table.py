@@ -42,6 +42,7 @@ from mazegym.stats import format_interval, mean_interval, wilson_interval  # noq
 ALGOS = ["grpo", "ppo", "rloo", "dr_grpo", "dapo", "gigpo"]
 SCHEMES = ["episodes", "branching"]
 SCHEME_TITLES = {"episodes": "episode plays (the case study's scheme)", "branching": "branching rollouts"}
+SCHEME_NAMES_SHORT = {"episodes": "episode plays", "branching": "branching rollouts"}
 THRESHOLDS = (0.9, 0.95)
 # Settings an algorithm needs beyond the preset's. PPO's critic must see every episode, so a preset's zero-variance
 # filter (a GRPO setting) is turned off; DAPO's dynamic sampling *is* that filter, and its clip-higher (0.2/0.28) and
@@ -506,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     for scheme in args.schemes:
         mine = [r for r in runs if r["scheme"] == scheme and not r.get("unsupported")]
         if mine:
-            title = f"{args.preset}, {SCHEME_TITLES[scheme]}: eval solve rate, mean and min-max over seeds"
+            title = f"{args.preset}, {SCHEME_NAMES_SHORT[scheme]}: mean and min-max over seeds"
             plot(mine, out / f"curves_{scheme}.png", title)
     if args.publish:
         for readme in args.readme:
