@@ -80,8 +80,8 @@ def test_choosing_an_algorithm_is_one_setting(capsys, tmp_path):
     code, out, _ = _run_main(["train", "--dry-run", "algo.name=ppo", f"run_dir={tmp_path / 'r'}"], capsys)
     assert (
         "algo.name=ppo trains on episode plays only: rollout.branching=false loop.overlap_generation=false "
-        "algo.skip_zero_advantage=false algo.filter_zero_variance=false (set rollout.branching to choose the scheme "
-        "yourself)" in out
+        "algo.skip_zero_advantage=false algo.filter_zero_variance=false rollout.temperature=0.3 "
+        "loop.mazes_per_step=16 algo.epochs=1 (set rollout.branching to choose the scheme yourself)" in out
     )
 
 
