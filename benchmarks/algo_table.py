@@ -38,11 +38,11 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the tree's own m
     sys.path.insert(0, str(ROOT))
 
 from mazegym.stats import format_interval, mean_interval, wilson_interval  # noqa: E402
+from runners.config.schemes import SCHEME_NAMES  # noqa: E402
 
 ALGOS = ["grpo", "ppo", "rloo", "dr_grpo", "dapo", "gigpo"]
 SCHEMES = ["episodes", "branching"]
-SCHEME_TITLES = {"episodes": "episode plays (the case study's scheme)", "branching": "branching rollouts"}
-SCHEME_NAMES_SHORT = {"episodes": "episode plays", "branching": "branching rollouts"}
+SCHEME_TITLES = {**SCHEME_NAMES, "episodes": f"{SCHEME_NAMES['episodes']} (the case study's scheme)"}
 THRESHOLDS = (0.9, 0.95)
 # Settings an algorithm needs beyond the preset's. PPO's critic must see every episode, so a preset's zero-variance
 # filter (a GRPO setting) is turned off; DAPO's dynamic sampling *is* that filter, and its clip-higher (0.2/0.28) and
@@ -138,29 +138,20 @@ def final_explained_variance(run: dict) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def spread(values: list[float]) -> dict | None:
-    """Mean, min, max, sample std (None for one value) and the mean's 95% t-interval ``ci95`` (None for one value)
-    of ``values``; None when empty."""
+def spread(values: list[float], low: float = float("-inf"), high: float = float("inf")) -> dict | None:
+    """Mean, min, max, sample std (None for one value) and the mean's 95% t-interval ``ci95``, clipped to
+    ``[low, high]`` (None for one value), of ``values``; None when empty."""
     if not values:
         return None
-    std = statistics.stdev(values) if len(values) > 1 else None
-    ci = mean_interval(values, low=float("-inf"), high=float("inf"))
+    ci = mean_interval(values, low, high)
     return {
         "mean": statistics.fmean(values),
         "min": min(values),
         "max": max(values),
-        "std": std,
+        "std": statistics.stdev(values) if len(values) > 1 else None,
         "n": len(values),
         "ci95": None if ci is None else list(ci),
     }
-
-
-def rate_spread(values: list[float]) -> dict | None:
-    """:func:`spread` of solve rates, the mean's interval clipped to [0, 1]."""
-    s = spread(values)
-    if s is not None and s["ci95"] is not None:
-        s["ci95"] = list(mean_interval(values))
-    return s
 
 
 def counts(runs: list[dict], when: str) -> list[dict]:
@@ -215,8 +206,8 @@ def aggregate(runs: list[dict], thresholds: tuple[float, ...] = THRESHOLDS) -> l
                 "seeds": [r["seed"] for r in mine],
                 "finished": len(ok),
                 "failed": [r["seed"] for r in mine if r not in ok],
-                "before": rate_spread([r["before"] for r in ok if r["before"] is not None]),
-                "after": rate_spread([r["after"] for r in ok]),
+                "before": spread([r["before"] for r in ok if r["before"] is not None], 0.0, 1.0),
+                "after": spread([r["after"] for r in ok], 0.0, 1.0),
                 "before_counts": counts(ok, "before"),
                 "after_counts": counts(ok, "after"),
                 "to_threshold": reach,
@@ -507,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     for scheme in args.schemes:
         mine = [r for r in runs if r["scheme"] == scheme and not r.get("unsupported")]
         if mine:
-            title = f"{args.preset}, {SCHEME_NAMES_SHORT[scheme]}: mean and min-max over seeds"
+            title = f"{args.preset}, {SCHEME_NAMES[scheme]}: mean and min-max over seeds"
             plot(mine, out / f"curves_{scheme}.png", title)
     if args.publish:
         for readme in args.readme:

@@ -8,6 +8,7 @@ result.
 from __future__ import annotations
 
 import math
+import statistics
 
 Z95 = 1.959963984540054
 """The standard normal quantile of a two-sided 95% interval."""
@@ -66,7 +67,6 @@ def mean_interval(values: list[float], low: float = 0.0, high: float = 1.0) -> t
     n = len(values)
     if n < 2:
         return None
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_quantile_95(n - 1) * sd / math.sqrt(n)
+    mean = statistics.fmean(values)
+    half = t_quantile_95(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return max(low, mean - half), min(high, mean + half)
