@@ -27,7 +27,9 @@ maze at every ``reset(seed=...)``. An eval-set name (what ``maze.eval_set=``, ``
 and ``load_eval_set`` take) names a fixed, stored list of mazes. The rule: the case study's fixed
 64-maze set of an env is named after that env (``VisMaze-v0``, ``VisMaze-Hard-v0``); every other set
 is named by its role and size: ``heldout-<n>x<n>`` holds 64 mazes of the ``VisMaze-<n>x<n>-v0`` env
-(the sizes no preset trains on) and ``fresh-<n>x<n>`` more mazes of the ``<n>x<n>`` preset's env. So
+(the sizes no preset trains on), ``fresh-<n>x<n>`` more mazes of the ``<n>x<n>`` preset's env, and
+``loops-<n>x<n>`` 64 mazes with loops of ``VisMaze-Loops-<n>x<n>-v0`` (``VisMaze-Loops-v0`` at 9x9), each keeping a
+loop through dead-end filling, with ``fresh-loops-9x9`` 1000 more of them, unfiltered. So
 ``maze.eval_set=VisMaze-v0`` is a set and ``gymnasium.make("VisMaze-v0")`` an env; the ``env`` column
 of the table below gives every set's env.
 
@@ -73,6 +75,9 @@ class EvalSetInfo:
     """Mazes in the set."""
     first_seed: int = 0
     """The first reserved seed played; a set drawn from seeds past another set's keeps only mazes in no other set."""
+    loops_kept: bool = False
+    """Keep only mazes where dead-end filling keeps a loop (:func:`mazegym.solver.dead_end_filling_keeps_loops`):
+    what a policy taught on perfect mazes has never seen."""
 
 
 EVAL_SETS: dict[str, EvalSetInfo] = {
@@ -87,6 +92,10 @@ EVAL_SETS: dict[str, EvalSetInfo] = {
     "heldout-21x21": EvalSetInfo("VisMaze-21x21-v0", 21, 150, "4fe3e0ad9727331c"),
     "heldout-33x33": EvalSetInfo("VisMaze-33x33-v0", 33, 250, "449ee06b2b22bb73"),
     "fresh-9x9": EvalSetInfo("VisMaze-v0", 9, 20, "3de33deb623a391f", count=1000, first_seed=1_000_000),
+    "loops-9x9": EvalSetInfo("VisMaze-Loops-v0", 9, 20, "cd4a35275f10559a", loops_kept=True),
+    "loops-13x13": EvalSetInfo("VisMaze-Loops-13x13-v0", 13, 50, "71ea731bb2bae70e", loops_kept=True),
+    "loops-21x21": EvalSetInfo("VisMaze-Loops-21x21-v0", 21, 150, "e472a60c800c9018", loops_kept=True),
+    "fresh-loops-9x9": EvalSetInfo("VisMaze-Loops-v0", 9, 20, "a164a84df5107fa1", count=1000, first_seed=1_000_000),
 }
 """Evaluation set names: one per preset (the case study's 64 fixed mazes) plus held-out sizes."""
 
@@ -144,8 +153,15 @@ def is_eval_maze(maze_id: str) -> bool:
     return maze_id in eval_maze_ids()
 
 
+SHAPE_KEYS = ("generator", "extra_openings", "start_goal")
+"""What one of :class:`MazeStream`'s ``shapes`` may set (the others keep the stream's own values)."""
+
+
 class MazeStream:
     """Endless, resumable iterator of training mazes, disjoint from the evaluation sets.
+
+    ``shapes`` (a list of dicts over :data:`SHAPE_KEYS`) mixes kinds of mazes: each maze draws one shape, uniformly,
+    from its own seed, e.g. ``[{}, {"extra_openings": 0.3}, {"start_goal": "random"}]``.
 
     Maze ``i`` depends only on ``(seed, i)``, so the state is just the index: save
     :meth:`state_dict` with a checkpoint and :meth:`load_state_dict` to continue exactly.
@@ -162,6 +178,7 @@ class MazeStream:
         start_goal: str = "corners",
         max_optimal_moves: int | None = None,
         exclude_eval: bool = True,
+        shapes: list[dict[str, Any]] | None = None,
     ):
         self.size = size
         self.seed = int(seed)
@@ -170,9 +187,25 @@ class MazeStream:
         self.start_goal = start_goal
         self.max_optimal_moves = max_optimal_moves
         self.exclude_eval = exclude_eval
+        self.shapes = [dict(shape) for shape in shapes or []]
         self.index = 0
         self.skipped = 0
-        sample_maze(np.random.default_rng(0), size, generator, extra_openings, start_goal)  # fail fast on bad config
+        for shape in self.shapes or [{}]:  # fail fast on a bad configuration
+            unknown = set(shape) - set(SHAPE_KEYS)
+            if unknown:
+                raise ValueError(f"unknown maze shape key(s) {sorted(unknown)}; a shape sets {list(SHAPE_KEYS)}")
+            sample_maze(np.random.default_rng(0), size, **self._shape(shape))
+
+    def _shape(self, shape: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "generator": shape.get("generator", self.generator),
+            "extra_openings": float(shape.get("extra_openings", self.extra_openings)),
+            "start_goal": shape.get("start_goal", self.start_goal),
+        }
+
+    def _sample(self, rng: np.random.Generator) -> MazeSpec:
+        shape = self.shapes[int(rng.integers(len(self.shapes)))] if self.shapes else {}
+        return sample_maze(rng, self.size, **self._shape(shape))
 
     def __iter__(self) -> Iterator[MazeSpec]:
         return self
@@ -183,7 +216,7 @@ class MazeStream:
         for _ in range(self.MAX_CONSECUTIVE_SKIPS):
             rng = np.random.default_rng([self.seed, self.index, STREAM_SALT])
             self.index += 1
-            spec = sample_maze(rng, self.size, self.generator, self.extra_openings, self.start_goal)
+            spec = self._sample(rng)
             if self.exclude_eval and is_eval_maze(spec.maze_id):
                 self.skipped += 1
                 continue
@@ -208,6 +241,7 @@ class MazeStream:
             "start_goal": self.start_goal,
             "max_optimal_moves": self.max_optimal_moves,
             "exclude_eval": self.exclude_eval,
+            "shapes": self.shapes,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -216,7 +250,8 @@ class MazeStream:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; refuses a state saved with another configuration."""
-        mismatched = {k: (v, state.get(k)) for k, v in self._config().items() if state.get(k) != v}
+        saved = {"shapes": [], **state}  # a state saved before streams mixed shapes holds none
+        mismatched = {k: (v, saved.get(k)) for k, v in self._config().items() if saved.get(k) != v}
         if mismatched:
             raise ValueError(f"MazeStream state was saved with a different configuration: {mismatched}")
         self.index = int(state["index"])
@@ -228,14 +263,19 @@ def generate_eval_set(name: str, count: int | None = None) -> tuple[list[MazeSpe
     import gymnasium as gym
 
     import mazegym  # noqa: F401  (registers the env ids)
-    from mazegym.solver import optimal_moves
+    from mazegym.solver import dead_end_filling_keeps_loops, optimal_moves
 
     info = EVAL_SETS[name]
     count = info.count if count is None else count
     env = gym.make(info.env_id).unwrapped
     # A set drawn past seed 0 must not share a maze with the sets drawn from seed 0 of any env.
     others = (
-        {m.maze_id for other in EVAL_SETS if other != name and EVAL_SETS[other].first_seed == 0 for m in _load(other)}
+        {
+            m.maze_id
+            for other in EVAL_SETS
+            if other != name and EVAL_SETS[other].first_seed == 0 and _path(other).exists()
+            for m in _load(other)
+        }
         if info.first_seed
         else set()
     )
@@ -245,6 +285,8 @@ def generate_eval_set(name: str, count: int | None = None) -> tuple[list[MazeSpe
         env.reset(seed=seed)
         spec = env.spec_maze
         fits = optimal_moves(spec.grid, spec.start, spec.goal) <= info.max_moves
+        if info.loops_kept:
+            fits = fits and dead_end_filling_keeps_loops(spec.grid, spec.start, spec.goal)
         if spec.maze_id not in ids and spec.maze_id not in others and fits:
             ids.add(spec.maze_id)
             mazes.append(spec)

@@ -59,6 +59,45 @@ def shortest_path_cells(grid: np.ndarray, start: tuple[int, int], goal: tuple[in
     return np.flatnonzero(on_path)
 
 
+def dead_end_filling(grid: np.ndarray, start: tuple[int, int], goal: tuple[int, int]) -> np.ndarray:
+    """Row-major indices of the open squares that dead-end filling keeps: it fills, again and again, every open
+    square other than ``start`` and ``goal`` with at most one open neighbour. On a perfect maze what is kept is the
+    path from start to goal; with loops it also keeps every cycle and what joins the cycles to that path."""
+    walls = np.asarray(grid, dtype=np.bool_)
+    size = walls.shape[0]
+    open_cells = ~walls
+    keep = {start, goal}
+    degree = {}
+    for r, c in zip(*np.nonzero(open_cells)):
+        degree[(r, c)] = sum(
+            open_cells[r + dr, c + dc]
+            for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
+            if 0 <= r + dr < size and 0 <= c + dc < size
+        )
+    filled: set[tuple[int, int]] = set()
+    frontier = [cell for cell, d in degree.items() if d <= 1 and cell not in keep]
+    while frontier:
+        cell = frontier.pop()
+        if cell in filled:
+            continue
+        filled.add(cell)
+        r, c = cell
+        for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+            other = (r + dr, c + dc)
+            if other in degree and other not in filled:
+                degree[other] -= 1
+                if degree[other] <= 1 and other not in keep:
+                    frontier.append(other)
+    return np.asarray(sorted(r * size + c for (r, c) in degree if (r, c) not in filled), dtype=np.int64)
+
+
+def dead_end_filling_keeps_loops(grid: np.ndarray, start: tuple[int, int], goal: tuple[int, int]) -> bool:
+    """Whether dead-end filling keeps more squares than a shortest path from ``start`` to ``goal``: the maze has a loop
+    that the rule which solves perfect mazes ("keep the squares between agent and goal") cannot prune away."""
+    moves = optimal_moves(grid, start, goal)
+    return moves >= 0 and len(dead_end_filling(grid, start, goal)) > moves + 1
+
+
 def next_cell(grid: np.ndarray, cell: tuple[int, int], action: int) -> tuple[int, int]:
     """The cell a move (0-3) leads to: the neighbour, or ``cell`` itself when a wall blocks it (the env's rule)."""
     r, c = cell[0] + MOVES[action][0], cell[1] + MOVES[action][1]

@@ -206,6 +206,7 @@ def build_stream(config: TrainConfig) -> MazeStream:
         seed=config.maze.stream_seed,
         generator=config.maze.generator,
         max_optimal_moves=config.rollout.max_moves,
+        shapes=config.maze.rl_shapes,
     )
 
 

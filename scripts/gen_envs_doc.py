@@ -54,6 +54,9 @@ NOTES = {
     "VisMaze-19x19-v0": "generalisation",
     "VisMaze-21x21-v0": "generalisation",
     "VisMaze-33x33-v0": "generalisation (showcase)",
+    "VisMaze-Loops-v0": "loops (`extra_openings=0.2`): RL beyond perfect-maze supervision",
+    "VisMaze-Loops-13x13-v0": "loops, a larger size",
+    "VisMaze-Loops-21x21-v0": "loops, a larger size",
 }
 """The notes column of the configurations table; a registered id missing here gets an empty note."""
 

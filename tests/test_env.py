@@ -367,6 +367,11 @@ def test_env_ids_and_eval_set_names_follow_one_rule():
             name == info.env_id
             or (name == f"heldout-{n}x{n}" and info.env_id == f"VisMaze-{n}x{n}-v0")
             or name == f"fresh-{n}x{n}"
+            or (
+                name == f"loops-{n}x{n}"
+                and info.env_id == ("VisMaze-Loops-v0" if n == 9 else f"VisMaze-Loops-{n}x{n}-v0")
+            )
+            or (name == f"fresh-loops-{n}x{n}" and info.env_id == "VisMaze-Loops-v0")
         ), name
     page = (Path(__file__).resolve().parents[1] / "docs" / "envs.md").read_text()
     assert "Names: env ids and eval sets" in page
@@ -374,7 +379,46 @@ def test_env_ids_and_eval_set_names_follow_one_rule():
         load_eval_set("VisMaze-7x7-v0")
 
 
-def test_shortest_path_cells_on_a_hand_drawn_maze():
+def test_dead_end_filling_on_hand_drawn_mazes():
+    """On a perfect maze dead-end filling keeps the path alone; a loop survives it, on the way or beside it."""
+    from mazegym.solver import dead_end_filling, dead_end_filling_keeps_loops
+
+    tree = np.array(
+        [
+            [1, 1, 1, 1, 1],
+            [1, 0, 1, 0, 1],
+            [1, 0, 1, 0, 1],
+            [1, 0, 0, 0, 1],
+            [1, 1, 1, 1, 1],
+        ],
+        dtype=bool,
+    )
+    assert dead_end_filling(tree, (1, 1), (3, 3)).tolist() == [6, 11, 16, 17, 18]  # the dead end (1,3)-(2,3) filled
+    assert not dead_end_filling_keeps_loops(tree, (1, 1), (3, 3))
+    # 7x7 with a ring: from (1,1) along the top to (1,5), down to (5,5); (3,1)-(3,3)-(1,3) closes a loop.
+    ring = np.ones((7, 7), dtype=bool)
+    for cell in [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+        (1, 5),
+        (2, 5),
+        (3, 5),
+        (4, 5),
+        (5, 5),
+        (2, 1),
+        (3, 1),
+        (3, 2),
+        (3, 3),
+        (2, 3),
+    ]:
+        ring[cell] = False
+    kept = {divmod(int(i), 7) for i in dead_end_filling(ring, (1, 1), (5, 5))}
+    assert {(3, 1), (3, 2), (3, 3), (2, 3)} <= kept and dead_end_filling_keeps_loops(ring, (1, 1), (5, 5))
+    beside = {divmod(int(i), 7) for i in dead_end_filling(ring, (1, 5), (5, 5))}
+    assert (3, 2) in beside and dead_end_filling_keeps_loops(ring, (1, 5), (5, 5))  # a ring off the path stays too
+
     """The squares between start and goal, both ends included; a dead end and a wall are not on it; every square of
     two equally short routes is; an unreachable goal gives none."""
     from mazegym.solver import shortest_path_cells

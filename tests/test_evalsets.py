@@ -21,6 +21,10 @@ PINNED = {
     "heldout-21x21": "4fe3e0ad9727331c",
     "heldout-33x33": "449ee06b2b22bb73",
     "fresh-9x9": "3de33deb623a391f",
+    "loops-9x9": "cd4a35275f10559a",
+    "loops-13x13": "71ea731bb2bae70e",
+    "loops-21x21": "e472a60c800c9018",
+    "fresh-loops-9x9": "a164a84df5107fa1",
 }
 
 
@@ -41,11 +45,13 @@ def test_every_odd_size_from_5_to_21_has_a_held_out_set():
     assert len({m.maze_id for m in load_eval_set("heldout-5x5")}) == EVAL_SETS["heldout-5x5"].count == 16
 
 
-def test_fresh_set_shares_no_maze_with_the_fixed_sets():
+@pytest.mark.parametrize("fresh_name", ["fresh-9x9", "fresh-loops-9x9"])
+def test_fresh_set_shares_no_maze_with_the_fixed_sets(fresh_name):
     """The 1000 fresh 9x9 mazes come from seeds past the fixed sets' and repeat none of their mazes."""
-    fresh = {m.maze_id for m in load_eval_set("fresh-9x9")}
+    fresh = {m.maze_id for m in load_eval_set(fresh_name)}
+    assert len(fresh) == 1000
     for name in EVAL_SETS:
-        if name != "fresh-9x9":
+        if name != fresh_name:
             assert not fresh & {m.maze_id for m in load_eval_set(name)}, name
     env = gym.make("VisMaze-v0")
     first = load_eval_set("fresh-9x9")[0]
@@ -61,6 +67,21 @@ def test_eval_mazes_fit_their_env_and_are_solvable(name):
         _, reset_info = env.reset(options={"maze": spec})
         assert 0 < reset_info["optimal_moves"] == optimal_moves(spec.grid, spec.start, spec.goal) <= info.max_moves
     assert env.unwrapped.max_moves == info.max_moves
+
+
+@pytest.mark.parametrize("name", ["loops-9x9", "loops-13x13", "loops-21x21"])
+def test_loop_sets_hold_only_mazes_with_loops_kept(name):
+    """Every maze of a loops set keeps a loop through dead-end filling, the rule that isolates the one path of a
+    perfect maze; no maze of the perfect-maze set does."""
+    from mazegym.solver import dead_end_filling, dead_end_filling_keeps_loops
+
+    for spec in load_eval_set(name):
+        assert dead_end_filling_keeps_loops(spec.grid, spec.start, spec.goal)
+        assert (
+            len(dead_end_filling(spec.grid, spec.start, spec.goal))
+            > optimal_moves(spec.grid, spec.start, spec.goal) + 1
+        )
+    assert not any(dead_end_filling_keeps_loops(m.grid, m.start, m.goal) for m in load_eval_set("VisMaze-v0"))
 
 
 def test_preset_eval_set_is_the_envs_first_reserved_seeds():
@@ -100,6 +121,32 @@ def test_stream_resumes_exactly_from_state_dict():
     assert [next(resumed).maze_id for _ in range(5)] == expected
     with pytest.raises(ValueError, match="different configuration"):
         MazeStream(size=11, seed=4, generator="kruskal", max_optimal_moves=30).load_state_dict(state)
+
+
+def test_stream_mixes_maze_shapes_deterministically_and_resumes():
+    """Each maze draws one shape from its own seed: perfect mazes and mazes with loops both appear, the same ones
+    again from the same seed, and a saved state refuses a stream with other shapes."""
+    from mazegym.solver import dead_end_filling_keeps_loops
+
+    shapes = [{}, {"extra_openings": 0.3}, {"start_goal": "random", "generator": "dfs"}]
+    stream = MazeStream(size=9, seed=2, shapes=shapes)
+    mazes = [next(stream) for _ in range(60)]
+    loops = sum(dead_end_filling_keeps_loops(m.grid, m.start, m.goal) for m in mazes)
+    corners = {(1, 1), (1, 7), (7, 7), (7, 1)}
+    off_corner = sum(m.start not in corners or m.goal not in corners for m in mazes)
+    assert 10 <= loops <= 35 and off_corner >= 10
+    again = MazeStream(size=9, seed=2, shapes=shapes)
+    assert [next(again).maze_id for _ in range(60)] == [m.maze_id for m in mazes]
+    state = stream.state_dict()
+    resumed = MazeStream(size=9, seed=2, shapes=shapes)
+    resumed.load_state_dict(state)
+    assert next(resumed).maze_id == next(stream).maze_id
+    with pytest.raises(ValueError, match="different configuration"):
+        MazeStream(size=9, seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="shape key"):
+        MazeStream(shapes=[{"openings": 0.3}])
+    with pytest.raises(ValueError, match="extra_openings"):
+        MazeStream(shapes=[{"extra_openings": 2.0}])
 
 
 def test_stream_filter_on_optimal_moves():

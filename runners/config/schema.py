@@ -88,6 +88,10 @@ class MazeConfig:
     """Maze generator of the training stream (wilson, dfs, kruskal, prim)."""
     stream_seed: int = 0
     """Seed of the RL training maze stream (SFT uses stream_seed + 1); evaluation mazes are always skipped."""
+    rl_shapes: list[dict[str, Any]] = field(default_factory=list)
+    """Kinds of mazes the RL stream mixes, one drawn per maze (each sets any of generator, extra_openings,
+    start_goal; e.g. [{}, {extra_openings: 0.3}, {start_goal: random}]); empty: perfect mazes of `generator`.
+    Supervision (SFT, vision pretraining) always reads perfect mazes from corner to corner."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+from mazegym.evalsets import MazeStream
 from runners import models
 from runners.config.overrides import _get, set_value
 from runners.config.schema import ConfigError, TrainConfig
@@ -192,6 +193,10 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         )
     if config.maze.size < 5 or config.maze.size % 2 == 0:
         raise ConfigError(f"maze.size must be odd and >= 5, got {config.maze.size}")
+    try:
+        MazeStream(config.maze.size, generator=config.maze.generator, shapes=config.maze.rl_shapes, exclude_eval=False)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"maze.rl_shapes={config.maze.rl_shapes!r}: {exc}") from None
     positive = {
         "loop.mazes_per_step": config.loop.mazes_per_step,
         "sft.batch_size": config.sft.batch_size,
