@@ -172,6 +172,7 @@ SHAPES = {
     "kruskal": {"generator": "kruskal"},
     "random start and goal": {"start_goal": "random"},
     "loops (extra_openings 0.1)": {"extra_openings": 0.1},
+    "loops (extra_openings 0.3)": {"extra_openings": 0.3},
 }
 """Maze shapes other than the pinned sets' (Wilson's uniform spanning trees, start and goal in opposite corners)."""
 
