@@ -158,6 +158,8 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
                 f"model.vision_grad_iterations: the {spec.name} model at {model_dir} has no recurrent vision encoder"
             )
         spec.truncate_vision_backward(policy.model, config.model.vision_grad_iterations)
+    if config.model.vision_update_iterations:
+        models.spec_of(policy.model).vary_vision_iterations(policy.model, *config.model.vision_update_iterations)
     return policy
 
 

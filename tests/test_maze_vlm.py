@@ -9,6 +9,7 @@ from algos.models.maze_vlm import (
     RecurrentConvEncoder,
     MazeVLMForConditionalGeneration,
     MazeVLMImageProcessor,
+    set_vision_grad_iteration_range,
     set_vision_grad_iterations,
     set_vision_iterations,
 )
@@ -136,6 +137,32 @@ def test_truncated_encoder_gradient_keeps_the_forward_and_trains_the_shared_bloc
     assert all(torch.equal(full[n], every[n]) for n in full)
     with pytest.raises(ValueError):
         set_vision_grad_iterations(model, -1)
+
+
+def test_passes_with_gradients_draw_their_depth_from_the_range_and_others_keep_it(model_dir):
+    """With a grad iteration range, a pass with gradients runs a count drawn from the range (the same batch the same
+    count, both ends reachable); a pass without gradients keeps the encoder's own count."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    tower = model.vision_tower
+    ids, pix = inputs_for(model_dir, [frame(load_eval_set("VisMaze-v0")[0])])
+    with torch.no_grad():
+        plain = model(input_ids=ids, **pix).logits
+    set_vision_grad_iteration_range(model, 3, 5)
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids, **pix).logits, plain)  # rollouts and old log-probs: unchanged
+    drawn = tower.drawn_iterations(pix["pixel_values"][None, None])
+    assert drawn == tower.drawn_iterations(pix["pixel_values"][None, None]) and 3 <= drawn <= 5
+    with_grad = model(input_ids=ids, **pix).logits
+    set_vision_iterations(model, drawn)
+    with torch.no_grad():
+        assert torch.allclose(with_grad.detach(), model(input_ids=ids, **pix).logits, atol=1e-6)
+    frames = [frame(m) for m in load_eval_set("VisMaze-v0")[:24]]
+    counts = {tower.drawn_iterations(torch.as_tensor(f, dtype=torch.float32)[None]) for f in frames}
+    assert counts == {3, 4, 5}
+    with pytest.raises(ValueError):
+        set_vision_grad_iteration_range(model, 4, 3)
 
 
 def test_placeholder_count_mismatch_is_an_error(model_dir):

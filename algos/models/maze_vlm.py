@@ -27,6 +27,7 @@ path (config.json, model.safetensors, preprocessor_config.json), with no remote 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,9 @@ class RecurrentConvEncoder(nn.Module):
         self.grad_iterations = 0
         """Iterations that a backward pass runs through: the first ``iterations - grad_iterations`` run without
         gradient (0 = all; see :func:`set_vision_grad_iterations`)."""
+        self.grad_iteration_range: tuple[int, int] | None = None
+        """``(low, high)``: a forward pass with gradients runs a count drawn from this range instead of ``iterations``
+        (see :func:`set_vision_grad_iteration_range`)."""
         self.patch_embed = nn.Linear(3 * patch_px * patch_px, width)
         self.conv_in = nn.Conv2d(2 * width, width, 3, padding=1)
         self.conv_out = nn.Conv2d(width, width, 3, padding=1)
@@ -174,6 +178,8 @@ class RecurrentConvEncoder(nn.Module):
         recall = torch.relu(self.patch_embed(grid)).permute(0, 3, 1, 2)  # [B, C, H, W]
         state = None  # all zeros: the first iteration reads the input alone
         total = iterations or self.iterations
+        if self.grad_iteration_range is not None and iterations is None and torch.is_grad_enabled():
+            total = self.drawn_iterations(grid)
         free = total - self.grad_iterations if 0 < self.grad_iterations < total and torch.is_grad_enabled() else 0
         if free:
             with torch.no_grad():
@@ -191,6 +197,13 @@ class RecurrentConvEncoder(nn.Module):
             features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
             decision.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
         )
+
+    def drawn_iterations(self, grid: torch.Tensor) -> int:
+        """An iteration count from ``grad_iteration_range``, drawn from a hash of the batch's pixels: the same batch
+        draws the same count again (a resumed run repeats its updates), different batches spread over the range."""
+        low, high = self.grad_iteration_range
+        digest = hashlib.blake2b(grid.detach().to(torch.float32).cpu().numpy().tobytes(), digest_size=8).digest()
+        return low + int.from_bytes(digest, "little") % (high - low + 1)
 
     def forward(
         self, grid: torch.Tensor, iterations: int | None = None
@@ -432,6 +445,17 @@ def set_vision_grad_iterations(model: nn.Module, iterations: int) -> None:
         raise ValueError(f"vision grad iterations must be >= 0, got {iterations}")
     for module in _required_encoders(model):
         module.grad_iterations = int(iterations)
+
+
+def set_vision_grad_iteration_range(model: nn.Module, low: int, high: int) -> None:
+    """From now on a forward pass with gradients (an RL update) runs the recurrent encoder a count of iterations drawn
+    from ``[low, high]`` per batch, while passes without gradients (rollouts, old log-probs, evaluation) keep its
+    ``iterations``: the update trains a rule that holds at every depth, as vision pretraining's random depths do,
+    instead of one tuned to a single depth (which loses the extrapolation to larger mazes)."""
+    if not 1 <= low <= high:
+        raise ValueError(f"vision grad iteration range must satisfy 1 <= low <= high, got [{low}, {high}]")
+    for module in _required_encoders(model):
+        module.grad_iteration_range = (int(low), int(high))
 
 
 def recurrent_encoders(model: nn.Module) -> list[RecurrentConvEncoder]:

@@ -56,6 +56,11 @@ class ModelConfig:
     earlier ones run without gradient (as in Bansal et al.'s progressive training), which makes an update's backward
     pass several times cheaper. 0 = all iterations.
     """
+    vision_update_iterations: list[int] = field(default_factory=list)
+    """Tiny maze-vlm only, for RL that trains the encoder (lora.modules_to_save holds vision_tower): [low, high] makes
+    each update's forward pass run the recurrent block a count drawn from that range, as vision pretraining's random
+    depths do (rollouts, old log-probs and evaluation keep vision_iterations); [] = vision_iterations always.
+    """
     vision_patch_px: int = 5
     """Tiny maze-vlm only: each maze cell is downsampled to this many pixels per side before the patch embedding."""
     task_tokens: bool = True

@@ -281,6 +281,17 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             "model.vision_grad_iterations truncates the backward pass of a recurrent vision encoder; "
             f"model.tiny={config.model.tiny!r} has none (use model.tiny={recurrent} or leave it 0)"
         )
+    depths = config.model.vision_update_iterations
+    if depths and not (len(depths) == 2 and 1 <= depths[0] <= depths[1]):
+        raise ConfigError(
+            f"model.vision_update_iterations must be [] or [low, high] with 1 <= low <= high, got {depths}"
+        )
+    if depths and tiny and tiny.vary_vision_iterations is None:
+        recurrent = " or ".join(models.having("vary_vision_iterations"))
+        raise ConfigError(
+            "model.vision_update_iterations varies the depth of a recurrent vision encoder; "
+            f"model.tiny={config.model.tiny!r} has none (use model.tiny={recurrent} or leave it [])"
+        )
     for key in ("model.vision_width", "model.vision_iterations", "model.vision_patch_px"):
         if _get(config, key) < 1:
             raise ConfigError(f"{key} must be >= 1, got {_get(config, key)}")

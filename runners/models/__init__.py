@@ -76,6 +76,9 @@ class ModelSpec:
     """``run_vision_iterations(model, n)``: a context manager within which the vision encoder runs ``n`` iterations."""
     truncate_vision_backward: Callable[[Any, int], None] | None = None
     """``truncate_vision_backward(model, n)``: backpropagate through only the last ``n`` vision iterations."""
+    vary_vision_iterations: Callable[[Any, int, int], None] | None = None
+    """``vary_vision_iterations(model, low, high)``: passes with gradients run a vision iteration count drawn from
+    ``[low, high]``."""
 
     @property
     def prompt_embeds(self) -> bool:

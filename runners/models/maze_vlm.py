@@ -128,6 +128,13 @@ def truncate_vision_backward(model: Any, iterations: int) -> None:
     set_vision_grad_iterations(model, iterations)
 
 
+def vary_vision_iterations(model: Any, low: int, high: int) -> None:
+    """:func:`algos.models.maze_vlm.set_vision_grad_iteration_range`."""
+    from algos.models.maze_vlm import set_vision_grad_iteration_range
+
+    set_vision_grad_iteration_range(model, low, high)
+
+
 register(
     ModelSpec(
         name="maze-vlm",
@@ -142,5 +149,6 @@ register(
         vision_iterations=vision_iterations,
         run_vision_iterations=run_vision_iterations,
         truncate_vision_backward=truncate_vision_backward,
+        vary_vision_iterations=vary_vision_iterations,
     )
 )

@@ -340,21 +340,12 @@ def run_sft(
             shutil.rmtree(out, ignore_errors=True)
 
 
-def _run_sft_into(
-    config: TrainConfig,
-    base: Path,
-    mazes: MazeStream,
-    out: Path,
-    final_dir: Path,
-    log: Callable[[str], None],
-    metrics: MetricsLogger | None,
-) -> Path:
-    """:func:`run_sft`'s work, written into the temporary dir ``out`` and swapped into ``final_dir`` at the end."""
+def demo_maker(config: TrainConfig, base: Path) -> tuple[Any, Any, Callable[..., list[Turn]]]:
+    """``(tokenizer, image_processor, make_turns)`` for base model ``base``: ``make_turns(spec, rng, vision=False)``
+    gives the oracle's demonstration turns of one maze as RL prompts them (``vision=True``: one turn from a random
+    open cell, what vision pretraining reads)."""
     from runners.rollout.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer
 
-    if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
-        discard_sft_records(metrics)
-    seed_everything(config.sft.seed)
     tokenizer = load_tokenizer(base)
     image_processor = load_image_processor(base)
     encoder = ChatEncoder(tokenizer, image_processor, image_token_id_of(base))
@@ -378,6 +369,24 @@ def _run_sft_into(
             random_start=vision or (config.sft.random_starts > 0 and bool(rng.random() < config.sft.random_starts)),
         )
 
+    return tokenizer, image_processor, make_turns
+
+
+def _run_sft_into(
+    config: TrainConfig,
+    base: Path,
+    mazes: MazeStream,
+    out: Path,
+    final_dir: Path,
+    log: Callable[[str], None],
+    metrics: MetricsLogger | None,
+) -> Path:
+    """:func:`run_sft`'s work, written into the temporary dir ``out`` and swapped into ``final_dir`` at the end."""
+
+    if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
+        discard_sft_records(metrics)
+    seed_everything(config.sft.seed)
+    tokenizer, image_processor, make_turns = demo_maker(config, base)
     demos = DemoStream(mazes, make_turns, seed=config.sft.seed)
     model = load_model(base, dtype=getattr(torch, config.model.dtype)).to(config.model.device)
     if config.sft.mode == "lora":
