@@ -31,7 +31,7 @@ PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 QWEN3_VL_8B_PATH_ENV = "MAZEGYM_QWEN3_VL_8B"
 """Environment variable naming the local Qwen3-VL-8B directory (default /models/Qwen3-VL-8B-Instruct)."""
 
-DEFAULT_PRESET = "cpu-maze-vlm"
+DEFAULT_PRESET = "cpu-maze-loops"
 
 
 def preset_data(name: str) -> dict[str, Any]:

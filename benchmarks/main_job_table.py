@@ -1,0 +1,116 @@
+"""The README's main-job table, written from finished runs (one per seed), never typed by hand.
+
+    python benchmarks/main_job_table.py runs/seed0 runs/seed1 runs/seed2             # print the table
+    python benchmarks/main_job_table.py runs/seed0 runs/seed1 runs/seed2 --publish   # and write it into README.md
+
+Each run dir must hold what ``mazegym train`` leaves: ``config.json``, ``eval_results.json`` (the case-study set
+before and after RL, the evaluations during RL, the held-out sets, timing, peak memory) and ``run_info.json`` (the
+command and the machine's calibration). A held-out set a run did not evaluate reads "-". ``--publish`` replaces the
+text between ``<!-- main-job:start -->`` and ``<!-- main-job:end -->`` in README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+START, END = "<!-- main-job:start -->", "<!-- main-job:end -->"
+LOOPS = ("fresh-loops-9x9", "loops-13x13", "loops-21x21")
+PERFECT = ("heldout-5x5", "heldout-7x7", "VisMaze-Hard-v0", "heldout-13x13", "heldout-17x17", "heldout-21x21")
+
+
+def load_run(run: Path) -> dict:
+    """What the table reads from one finished run dir."""
+    results = json.loads((run / "eval_results.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    info = json.loads((run / "run_info.json").read_text())
+    return {"results": results, "config": config, "invocation": info["invocations"][-1]}
+
+
+def count(summary: dict | None) -> str:
+    """``solved/played`` of one evaluation summary, or "-"."""
+    return "-" if not summary else f"{summary['solved']}/{summary['episodes']}"
+
+
+def percent(summary: dict | None) -> str:
+    """The solve rate of one evaluation summary in whole percent, or "-"."""
+    return "-" if not summary else f"{100 * summary['solved'] / summary['episodes']:.0f}%"
+
+
+def row(run: dict) -> str:
+    """One seed's row of the table."""
+    results, config = run["results"], run["config"]
+    heldout = results.get("heldout", {})
+    before, after = results["before_rl"], results["after_rl"]
+    history = ", ".join(f"{round(64 * e['solve_rate'])}" for e in results["eval_history"] if e["step"] > 0)
+    timing = results["timing"]
+    calibration = run["invocation"].get("calibration", {}).get("units_per_s", float("nan"))
+    cells = [
+        str(config["loop"]["seed"]),
+        f"{count(before)} -> **{count(after)}**",
+        history,
+        count(heldout.get("VisMaze-v0")),
+        " / ".join(percent(heldout.get(name)) for name in LOOPS),
+        " / ".join(percent(heldout.get(name)) for name in PERFECT),
+        f"{results['seconds'] / 60:.1f} min (RL {timing['rl_seconds'] / 60:.1f} min, {timing['rl_steps_per_s']:.3f} "
+        f"steps/s), calibration {calibration:.1f}",
+        f"{results['peak_rss_gb']:.2f} GiB",
+        f"`{run['invocation']['command']}`",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def table(runs: list[dict], run_dirs: list[str]) -> str:
+    """The markdown table of ``runs`` (read from ``run_dirs``) and its caption."""
+    eval_set = runs[0]["results"]["eval_set"]
+    head = (
+        f"| seed | `{eval_set}`: SFT start -> after RL | during RL (steps 5, 10, ...) | `VisMaze-v0` after RL "
+        "| loops: fresh 9x9 (1000) / 13x13 / 21x21 | perfect: 5x5 / 7x7 / 11x11 / 13x13 / 17x17 / 21x21 "
+        "| whole job | peak RSS | command |"
+    )
+    lines = [head, "|" + "---|" * 9] + [row(run) for run in runs]
+    lines.append("")
+    lines.append(
+        "Written by `python benchmarks/main_job_table.py "
+        + " ".join(run_dirs)
+        + " --publish` from the runs' `eval_results.json`. Greedy; 13x13 and larger sets as the preset plays them "
+        "(`eval.set_mazes`: the first 32 mazes of the 17x17 and 21x21 sets), the encoder run "
+        "`ceil(20 x (size / 9)^2)` iterations. The calibration is `run_info.json`'s one-second measure of the machine "
+        "(units/s on one thread; the reference machine reads about 10)."
+    )
+    return "\n".join(lines)
+
+
+def publish(text: str, readme: Path) -> None:
+    """Replace the text between the main-job markers of ``readme`` with ``text``."""
+    from runners.atomic import write_text
+
+    page = readme.read_text()
+    if START not in page or END not in page:
+        raise SystemExit(f"{readme} has no {START} ... {END} markers")
+    head, rest = page.split(START, 1)
+    _, tail = rest.split(END, 1)
+    write_text(readme, f"{head}{START}\n{text}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table of the given runs; with ``--publish``, also write it into README.md."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="finished run dirs, one per seed")
+    parser.add_argument("--publish", action="store_true", help="write the table into README.md")
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    args = parser.parse_args(argv)
+    text = table([load_run(run) for run in args.runs], [str(run) for run in args.runs])
+    print(text)
+    if args.publish:
+        publish(text, args.readme)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
