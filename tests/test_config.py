@@ -87,6 +87,11 @@ def test_bad_values_fail_fast(override, message):
         ('eval.set_mazes={"heldout-99x99":4}', "eval.set_mazes names 'heldout-99x99', which is not an eval set"),
         ('eval.set_mazes={"heldout-21x21":0}', r"eval.set_mazes\['heldout-21x21'\]=0 must be a whole number"),
         ("eval.vision_iterations=-2", "eval.vision_iterations=-2 is out of range"),
+        ('maze.rl_shapes=[{"extra_openings":1.5}]', r"maze.rl_shapes=.*extra_openings must be in \[0, 1\]"),
+        ("maze.rl_shapes=[{openings:0.2}]", r"maze.rl_shapes=.*unknown maze shape key"),
+        ('maze.rl_shapes=[{"generator":"nope"}]', r"maze.rl_shapes=.*unknown maze generator"),
+        ("model.vision_update_iterations=[40,10]", r"model.vision_update_iterations must be \[\] or \[low, high\]"),
+        ("model.vision_update_iterations=[10,40]", "model.vision_update_iterations varies the depth"),
     ],
 )
 def test_validation_errors_say_what_to_fix(override, message):
