@@ -70,9 +70,7 @@ def dead_end_filling(grid: np.ndarray, start: tuple[int, int], goal: tuple[int, 
     degree = {}
     for r, c in zip(*np.nonzero(open_cells)):
         degree[(r, c)] = sum(
-            open_cells[r + dr, c + dc]
-            for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
-            if 0 <= r + dr < size and 0 <= c + dc < size
+            bool(open_cells[r + dr, c + dc]) for dr, dc in MOVES if 0 <= r + dr < size and 0 <= c + dc < size
         )
     filled: set[tuple[int, int]] = set()
     frontier = [cell for cell, d in degree.items() if d <= 1 and cell not in keep]
@@ -82,7 +80,7 @@ def dead_end_filling(grid: np.ndarray, start: tuple[int, int], goal: tuple[int, 
             continue
         filled.add(cell)
         r, c = cell
-        for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+        for dr, dc in MOVES:
             other = (r + dr, c + dc)
             if other in degree and other not in filled:
                 degree[other] -= 1

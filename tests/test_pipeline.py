@@ -1,7 +1,8 @@
-"""End to end on CPU: the default `mazegym train` (the tiny VLM) -- SFT, then GRPO, the solve rate rises.
+"""End to end on CPU: the tiny VLM's recipes -- SFT, then GRPO, the solve rate rises.
 
-The main job's recipe with a shorter RL stage (minutes on 2 cores): SFT from random weights gives an
-imperfect start; GRPO must lift the greedy solve rate on the fixed 64-maze set. Also checks the
+The perfect-maze recipe (preset ``cpu-maze-vlm``) with a shorter RL stage (minutes on 2 cores): SFT from random
+weights gives an imperfect start; GRPO must lift the greedy solve rate on the fixed 64-maze set. From that start,
+the default job's recipe (``cpu-maze-loops``) must lift the loop mazes supervision never showed. Also checks the
 artifacts a run leaves (metrics JSONL with phase timers and collapse diagnostics, checkpoints, eval
 JSON, export), and the visual pipeline's resume on a tiny budget.
 """
@@ -20,7 +21,7 @@ EVAL_EVERY = 3
 
 @pytest.fixture(scope="module")
 def main_job_run(tmp_path_factory):
-    """The main job's recipe (preset ``cpu-maze-vlm``) with a shorter RL stage, run once for this module's tests:
+    """The perfect-maze recipe (preset ``cpu-maze-vlm``) with a shorter RL stage, run once for this module's tests:
     (config, result)."""
     import torch
 
@@ -45,7 +46,7 @@ def main_job_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(main_job_run):
-    """The main job's recipe (preset ``cpu-maze-vlm``) with a shorter RL stage: vision pretraining from random
+    """The perfect-maze recipe (preset ``cpu-maze-vlm``) with a shorter RL stage: vision pretraining from random
     weights must learn the oracle's moves, the short SFT must leave an imperfect start, and GRPO must lift the
     greedy solve rate on the fixed 64 mazes far above it."""
     from pathlib import Path
@@ -142,7 +143,7 @@ LOOPS_STEPS = 6
 
 @pytest.mark.slow
 def test_rl_from_reward_lifts_mazes_with_loops_that_supervision_never_showed(main_job_run, tmp_path):
-    """The main job's start was supervised on perfect mazes only (the encoder's oracle pretraining and the decoder's
+    """The fixture's start was supervised on perfect mazes only (the encoder's oracle pretraining and the decoder's
     SFT). RL with the ``cpu-maze-loops`` preset's recipe (a stream where three mazes in four have loops, the reward
     alone, the encoder trained) must raise the greedy solve rate on the pinned ``loops-9x9`` set well above that
     start within a few steps, and the adapter must carry the encoder it trained."""
