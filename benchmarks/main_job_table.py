@@ -26,6 +26,9 @@ PERFECT = ("heldout-5x5", "heldout-7x7", "VisMaze-Hard-v0", "heldout-13x13", "he
 
 def load_run(run: Path) -> dict:
     """What the table reads from one finished run dir."""
+    missing = [name for name in ("eval_results.json", "config.json", "run_info.json") if not (run / name).is_file()]
+    if missing:
+        raise SystemExit(f"{run}: no {', '.join(missing)}; pass the dirs of finished `mazegym train` runs")
     results = json.loads((run / "eval_results.json").read_text())
     config = json.loads((run / "config.json").read_text())
     info = json.loads((run / "run_info.json").read_text())

@@ -54,6 +54,8 @@ def test_the_table_reads_each_run_and_publishes_between_the_markers(tmp_path):
     assert "100% / - / - / - / - / -" in rows[0] and "10.0 min (RL 2.0 min, 0.167 steps/s)" in rows[0]
     assert "calibration 9.5" in rows[0] and "`mazegym train loop.seed=0`" in rows[0]
     assert "32/64 -> **63/64**" in rows[1] and "| - | - / - / - |" in rows[1]  # what a run did not evaluate reads "-"
+    with pytest.raises(SystemExit, match="no eval_results.json, config.json, run_info.json"):
+        main_job_table.main([str(tmp_path / "nothing")])
     with pytest.raises(SystemExit, match="markers"):
         main_job_table.publish("x", tmp_path / "s0" / "config.json")
 

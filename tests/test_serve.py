@@ -51,6 +51,7 @@ def run(tmp_path_factory) -> Path:
             "eval.before_rl=false",
             "eval.every=0",
             "maze.heldout_sets=[]",
+            "maze.eval_set=VisMaze-v0",
             "checkpoint.every=1",
             "loop.max_minutes=0",
             "logging.progress=false",
