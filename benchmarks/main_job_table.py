@@ -74,7 +74,7 @@ def table(runs: list[dict], run_dirs: list[str]) -> str:
     head = (
         f"| seed | `{eval_set}`: SFT start -> after RL | during RL (steps 5, 10, ...) | `VisMaze-v0` after RL "
         "| loops: fresh 9x9 (1000) / 13x13 / 21x21 | perfect: 5x5 / 7x7 / 11x11 / 13x13 / 17x17 / 21x21 "
-        "| whole job | peak RSS | command |"
+        "| wall time of the command | peak RSS | command |"
     )
     lines = [head, "|" + "---|" * 9] + [row(run) for run in runs]
     lines.append("")
@@ -84,7 +84,8 @@ def table(runs: list[dict], run_dirs: list[str]) -> str:
         + " --publish` from the runs' `eval_results.json`. Greedy; 13x13 and larger sets as the preset plays them "
         "(`eval.set_mazes`: the first 32 mazes of the 17x17 and 21x21 sets), the encoder run "
         "`ceil(20 x (size / 9)^2)` iterations. The calibration is `run_info.json`'s one-second measure of the machine "
-        "(units/s on one thread; the reference machine reads about 10)."
+        "(units/s on one thread; the reference machine reads about 10); a command with `sft.checkpoint=` "
+        "started from an SFT model it did not train, so its wall time is RL and evaluation only."
     )
     return "\n".join(lines)
 
