@@ -379,20 +379,24 @@ def test_env_ids_and_eval_set_names_follow_one_rule():
         load_eval_set("VisMaze-7x7-v0")
 
 
+HAND_DRAWN_TREE = np.array(
+    [
+        [1, 1, 1, 1, 1],
+        [1, 0, 1, 0, 1],
+        [1, 0, 1, 0, 1],
+        [1, 0, 0, 0, 1],
+        [1, 1, 1, 1, 1],
+    ],
+    dtype=bool,
+)
+"""0 = floor, 1 = wall. From (1,1) to (3,3): down the left column, along the bottom row; (1,3)-(2,3) is a dead end."""
+
+
 def test_dead_end_filling_on_hand_drawn_mazes():
     """On a perfect maze dead-end filling keeps the path alone; a loop survives it, on the way or beside it."""
     from mazegym.solver import dead_end_filling, dead_end_filling_keeps_loops
 
-    tree = np.array(
-        [
-            [1, 1, 1, 1, 1],
-            [1, 0, 1, 0, 1],
-            [1, 0, 1, 0, 1],
-            [1, 0, 0, 0, 1],
-            [1, 1, 1, 1, 1],
-        ],
-        dtype=bool,
-    )
+    tree = HAND_DRAWN_TREE
     assert dead_end_filling(tree, (1, 1), (3, 3)).tolist() == [6, 11, 16, 17, 18]  # the dead end (1,3)-(2,3) filled
     assert not dead_end_filling_keeps_loops(tree, (1, 1), (3, 3))
     # 7x7 with a ring: from (1,1) along the top to (1,5), down to (5,5); (3,1)-(3,3)-(1,3) closes a loop.
@@ -419,21 +423,13 @@ def test_dead_end_filling_on_hand_drawn_mazes():
     beside = {divmod(int(i), 7) for i in dead_end_filling(ring, (1, 5), (5, 5))}
     assert (3, 2) in beside and dead_end_filling_keeps_loops(ring, (1, 5), (5, 5))  # a ring off the path stays too
 
+
+def test_shortest_path_cells_on_a_hand_drawn_maze():
     """The squares between start and goal, both ends included; a dead end and a wall are not on it; every square of
     two equally short routes is; an unreachable goal gives none."""
     from mazegym.solver import shortest_path_cells
 
-    # 0 = floor, 1 = wall. From (1,1) to (3,3): down the left column, along the bottom row; (1,3) is a dead end.
-    grid = np.array(
-        [
-            [1, 1, 1, 1, 1],
-            [1, 0, 1, 0, 1],
-            [1, 0, 1, 0, 1],
-            [1, 0, 0, 0, 1],
-            [1, 1, 1, 1, 1],
-        ],
-        dtype=bool,
-    )
+    grid = HAND_DRAWN_TREE
     cells = shortest_path_cells(grid, (1, 1), (3, 3))
     assert cells.tolist() == [6, 11, 16, 17, 18]  # (1,1) (2,1) (3,1) (3,2) (3,3), row-major on a 5-wide grid
     loop = np.zeros((4, 4), dtype=bool)  # open 4x4: two shortest routes round the square from (0,0) to (1,1)
