@@ -29,9 +29,8 @@ def pretrained_encoders(config, base: Path, keep_at: list[int]) -> dict[int, dic
     """The preset's vision pretraining run to ``max(keep_at)`` steps; the encoder's weights at each step of keep_at."""
     from algos.models import load_model
     from runners.build import build_sft_stream
-    from runners.config.derived import vision_batch_size
     from runners.train.demos import DemoStream
-    from runners.train.sft import demo_maker, pretrain_vision, seed_everything, sft_threads
+    from runners.train.sft import demo_maker, pretrain_vision_as_configured, seed_everything
 
     seed_everything(config.sft.seed)
     _, image_processor, make_turns = demo_maker(config, base)
@@ -46,19 +45,7 @@ def pretrained_encoders(config, base: Path, keep_at: list[int]) -> dict[int, dic
             kept[step] = {n: p.detach().clone() for n, p in model.named_parameters() if "vision_tower" in n}
             print(f"  vision step {step}: loss {metrics['vision_loss']:.4f}", flush=True)
 
-    pretrain_vision(
-        model,
-        cells,
-        steps=max(keep_at),
-        batch_size=vision_batch_size(config),
-        lr=config.sft.vision_lr,
-        image_processor=image_processor,
-        log=keep,
-        threads=sft_threads(config),
-        iterations=config.sft.vision_iterations,
-        seed=config.sft.seed,
-        path_weight=config.sft.vision_path_weight,
-    )
+    pretrain_vision_as_configured(config, model, cells, image_processor, max(keep_at), keep)
     return kept
 
 

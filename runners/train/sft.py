@@ -340,6 +340,30 @@ def run_sft(
             shutil.rmtree(out, ignore_errors=True)
 
 
+def pretrain_vision_as_configured(
+    config: TrainConfig,
+    model: torch.nn.Module,
+    cells: DemoStream,
+    image_processor: Any,
+    steps: int,
+    log: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, float]:
+    """:func:`pretrain_vision` for ``steps`` steps with the run's ``sft.vision_*`` settings; its final metrics."""
+    return pretrain_vision(
+        model,
+        cells,
+        steps=steps,
+        batch_size=vision_batch_size(config),
+        lr=config.sft.vision_lr,
+        image_processor=image_processor,
+        log=log,
+        threads=sft_threads(config),
+        iterations=config.sft.vision_iterations,
+        seed=config.sft.seed,
+        path_weight=config.sft.vision_path_weight,
+    )
+
+
 def demo_maker(config: TrainConfig, base: Path) -> tuple[Any, Any, Callable[..., list[Turn]]]:
     """``(tokenizer, image_processor, make_turns)`` for base model ``base``: ``make_turns(spec, rng, vision=False)``
     gives the oracle's demonstration turns of one maze as RL prompts them (``vision=True``: one turn from a random
@@ -408,18 +432,8 @@ def _run_sft_into(
         # moves than whole demonstrations give, which is what lets its routing hold on larger mazes.
         cells = DemoStream(mazes, lambda spec, rng: make_turns(spec, rng, vision=True), seed=config.sft.seed)
         try:
-            vision_final = pretrain_vision(
-                model,
-                cells,
-                steps=config.sft.vision_steps,
-                batch_size=vision_batch_size(config),
-                lr=config.sft.vision_lr,
-                image_processor=image_processor,
-                log=on_vision_step,
-                threads=sft_threads(config),
-                iterations=config.sft.vision_iterations,
-                seed=config.sft.seed,
-                path_weight=config.sft.vision_path_weight,
+            vision_final = pretrain_vision_as_configured(
+                config, model, cells, image_processor, config.sft.vision_steps, on_vision_step
             )
         finally:
             vision_progress.close()
