@@ -443,7 +443,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mazegym", description=DESCRIPTION, formatter_class=fmt)
     sub = parser.add_subparsers(
-        dest="command", metavar="{train,sft,eval,serve,play-remote,report,play,export,submit,presets}"
+        dest="command", metavar="{train,sft,eval,serve,play-remote,report,play,export,submit,bench,presets}"
     )
 
     def epilog() -> str:
@@ -620,6 +620,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     from runners.dist.submit import add_submit_command
 
     add_submit_command(sub)
+
+    from runners.bench.command import add_bench_command
+
+    add_bench_command(sub)
 
     p = sub.add_parser("presets", help="list presets (or an algorithm's hyperparameters with --algo NAME)")
     p.add_argument("--algo", default=None, help="show this algorithm's config keys (algo.<key>=...)")

@@ -89,6 +89,8 @@ def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances
         r, c = cell[0] + MOVES[best.turns[0].action][0], cell[1] + MOVES[best.turns[0].action][1]
         assert dist[r, c] == dist[cell] - 1
     assert rollout_metrics(episodes)["greedy_start_success"] == 1.0
+    # the environment turns of the step: the states the policy was asked at (one greedy call per anchor)
+    assert rollout_metrics(episodes)["env_turns"] == pytest.approx(gen.calls[0])
 
 
 def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():

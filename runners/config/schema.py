@@ -185,6 +185,11 @@ class LoopConfig:
     """A safety net, not a budget: stop RL early (with a final checkpoint and eval) after this many minutes, and say so
     in the first line of the final table; 0 = no limit. ``loop.steps`` is what decides a run's result.
     """
+    max_env_turns: int = 0
+    """A budget of environment turns: end RL after the step on which the run's turns (``rollout/env_turns``, the
+    states at which the policy was asked for a move) reach this many, with the final checkpoint and evaluation as at
+    ``loop.steps``; 0 = no budget. Benchmark tracks set it so that every algorithm gets the same experience.
+    """
     update_threads: int = 1
     """Local runner on CPU: run the update's micro-batches on this many copies of the policy, one thread each
     (:class:`algos.parallel.ThreadReplicas`), and the SFT stage's batches the same way; unlike ``num_threads`` it does

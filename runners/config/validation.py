@@ -242,6 +242,8 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
         raise ConfigError(
             f"logging.calibration_seconds must be between 0 (skip) and 60, got {config.logging.calibration_seconds}"
         )
+    if config.loop.max_env_turns < 0:
+        raise ConfigError(f"loop.max_env_turns must be >= 0 (0 = no budget), got {config.loop.max_env_turns}")
     if config.loop.max_minutes < 0:
         raise ConfigError(f"loop.max_minutes must be >= 0 (0 = no time cap), got {config.loop.max_minutes}")
     from runners.rollout.env import make_env

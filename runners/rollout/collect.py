@@ -325,7 +325,9 @@ def evaluate_mazes(
 
 
 def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Summary numbers for logging: success rate, SPL, moves, invalid-turn rate, reply lengths."""
+    """Summary numbers for logging: success rate, SPL, moves, invalid-turn rate, reply lengths, and environment
+    turns (the states at which the policy was asked for a move: an episode's turns, or what a collector records in
+    ``info["env_turns"]``)."""
     if not episodes:
         return {}
     turns = [t for e in episodes for t in e.turns]
@@ -339,6 +341,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "prompt_tokens": float(np.mean([len(t.prompt_ids) for t in turns])) if turns else 0.0,
         "truncated_replies": float(np.mean([r == "length" for r in reasons])) if reasons else 0.0,
         "episodes": float(len(episodes)),
+        "env_turns": float(sum(e.info.get("env_turns", len(e.turns)) for e in episodes)),
         **(
             {"greedy_start_success": float(np.mean([e.info["greedy_solves_start"] for e in episodes]))}
             if all("greedy_solves_start" in e.info for e in episodes)

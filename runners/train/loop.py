@@ -78,6 +78,10 @@ class LoopState:
     """The metrics record of step ``step`` as its checkpoint saved it (without the checkpoint's own timing)."""
     capped: dict[str, Any] | None = None
     """Set when ``loop.max_minutes`` stopped the run before ``loop.steps``: the step reached, the plan, the cap."""
+    env_turns: int = 0
+    """Environment turns of the RL steps so far (``rollout/env_turns`` summed): what ``loop.max_env_turns`` caps."""
+    turn_budget: dict[str, Any] | None = None
+    """Set when ``loop.max_env_turns`` ended the run before ``loop.steps``: the step reached, the plan, the budget."""
 
 
 def loop_state_from(saved: dict[str, Any]) -> LoopState:
@@ -88,6 +92,7 @@ def loop_state_from(saved: dict[str, Any]) -> LoopState:
         history=saved.get("eval_history", []),
         record=saved.get("record"),
         stream=saved.get("stream"),
+        env_turns=int(saved.get("env_turns", 0)),
     )
 
 
@@ -295,6 +300,11 @@ def checkpoint_due(config: Any, step: int) -> bool:
     return step >= config.loop.steps or bool(config.checkpoint.every and step % config.checkpoint.every == 0)
 
 
+def turn_budget_spent(config: Any, env_turns: int) -> bool:
+    """Whether ``env_turns`` environment turns use up the run's ``loop.max_env_turns`` (never when it is 0)."""
+    return 0 < config.loop.max_env_turns <= env_turns
+
+
 def _run_steps(
     config: Any,
     executor: StepExecutor,
@@ -309,9 +319,12 @@ def _run_steps(
     last_eval = state.history[-1]["solve_rate"] if state.history else float("nan")
     deadline = time.perf_counter() + 60 * config.loop.max_minutes if config.loop.max_minutes > 0 else None
     ran, after, final_step = 0, None, config.loop.steps
+    if turn_budget_spent(config, state.env_turns) and state.step < config.loop.steps:  # resumed a run it ended
+        final_step = state.step
+        state.turn_budget = {"step": state.step, "planned": config.loop.steps, "turns": config.loop.max_env_turns}
     ahead: CollectAhead | None = None
     try:
-        while state.step < config.loop.steps:
+        while state.step < final_step:
             step = state.step + 1
             timer = PhaseTimer()
             extra: dict[str, float] = {}
@@ -349,8 +362,11 @@ def _run_steps(
                 **syn,
                 **extra,
             }
+            env_turns = state.env_turns + int(roll.get("env_turns", 0))
+            record["rollout/env_turns_total"] = float(env_turns)
             capped = deadline is not None and time.perf_counter() > deadline and step < config.loop.steps
-            done = step >= config.loop.steps or capped
+            spent = turn_budget_spent(config, env_turns) and step < config.loop.steps
+            done = step >= config.loop.steps or capped or spent
             if capped:
                 record["loop/time_capped"] = 1.0
             if done or (config.eval.every and step % config.eval.every == 0):
@@ -368,19 +384,27 @@ def _run_steps(
                     executor.checkpoint(
                         step,
                         stream.state_dict() if stream_state is None else stream_state,
-                        {"before": state.before, "eval_history": state.history, "record": unlogged},
+                        {
+                            "before": state.before,
+                            "eval_history": state.history,
+                            "record": unlogged,
+                            "env_turns": env_turns,
+                        },
                     )
             timings = timer.pop()
             record.update(timings)
             record.update(executor.step_extras(step, record, timings, len(episodes)))
             metrics.log(step, record, phase="rl")
             state.step, state.stream = step, stream.state_dict() if stream_state is None else stream_state
+            state.env_turns = env_turns
             progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
             ran += 1
             if done:
                 final_step = step
                 if capped:
                     state.capped = {"step": step, "planned": config.loop.steps, "minutes": config.loop.max_minutes}
+                elif spent:
+                    state.turn_budget = {"step": step, "planned": config.loop.steps, "turns": config.loop.max_env_turns}
                 break
             if stop_after is not None and ran >= stop_after:
                 return True, None, step
@@ -425,6 +449,8 @@ def finish_run(
         "rl_steps": final_step,
         "planned_rl_steps": config.loop.steps,
         "stopped_by_time_cap": state.capped,
+        "env_turns": state.env_turns,
+        "stopped_by_turn_budget": state.turn_budget,
         "seconds": seconds,
         "timing": timing,
         "peak_rss_gb": peak_rss_gb(),
@@ -443,6 +469,11 @@ def finish_run(
             f"STOPPED BY THE TIME CAP (loop.max_minutes={state.capped['minutes']:g}) at RL step {final_step} of "
             f"{state.capped['planned']} planned: this machine ran slower than the recipe assumes, and the result "
             "below is of fewer steps than the recipe's\n\n" + table
+        )
+    if state.turn_budget:
+        table = (
+            f"Ended by the budget of environment turns (loop.max_env_turns={state.turn_budget['turns']}) after RL step "
+            f"{final_step} of {state.turn_budget['planned']} planned ({state.env_turns} turns)\n\n" + table
         )
     if heldout:
         table += "\n\nHeld-out sets (after RL):\n" + format_table(heldout)

@@ -167,3 +167,51 @@ def test_a_rerun_sft_stage_drops_its_vision_pretraining_records_too(tmp_path):
     metrics.log(1, {"loss": 2.0}, phase="vision")
     metrics.close()
     assert [(r["phase"], r["loss"]) for r in read_jsonl(tmp_path / "metrics.jsonl")] == [("rl", 1.0), ("vision", 2.0)]
+
+
+class _TurnsBackend(_Backend):
+    """Each step plays one episode of 3 turns."""
+
+    def generate(self, mazes, step):
+        from algos.data import Episode, Turn
+
+        self.seen.append(step)
+        return [Episode(turns=[Turn(), Turn(), Turn()])]
+
+
+def _budget_loop(run_dir, state, seen):
+    config = apply_overrides(
+        get_preset("cpu-tiny"),
+        ["loop.steps=10", "loop.max_env_turns=7", "eval.every=0", "logging.progress=false", "maze.heldout_sets=[]"],
+    )
+    metrics = MetricsLogger(run_dir, tensorboard=False)
+    try:
+        return run_rl_loop(
+            config,
+            _TurnsBackend(seen),
+            _Stream(),
+            state,
+            run_dir,
+            CheckpointManager(run_dir / "c"),
+            metrics,
+            lambda m: None,
+            None,
+            0.0,
+        )
+    finally:
+        metrics.close()
+
+
+def test_the_budget_of_environment_turns_ends_the_run_and_a_resume_does_not_pass_it(tmp_path):
+    seen: list = []
+    state = LoopState()
+    result = _budget_loop(tmp_path, state, seen)
+    assert seen == [1, 2, 3] and result.steps == 3  # 3, 6, then 9 >= 7 turns: the step that reaches it is the last
+    saved = json.loads((tmp_path / "eval_results.json").read_text())
+    assert saved["env_turns"] == 9 and saved["stopped_by_turn_budget"] == {"step": 3, "planned": 10, "turns": 7}
+    assert "Ended by the budget of environment turns" in result.table
+    records = read_jsonl(tmp_path / "metrics.jsonl", "rl")
+    assert [r["rollout/env_turns_total"] for r in records] == [3.0, 6.0, 9.0]
+    again: list = []  # resumed from the final checkpoint's state: nothing more is played
+    resumed = _budget_loop(tmp_path, LoopState(step=3, before=state.before, history=state.history, env_turns=9), again)
+    assert again == [] and resumed.steps == 3

@@ -376,8 +376,12 @@ def collect_branches(
                     },
                 )
             )
+    # Every anchor was asked once per continuation (greedy) or scored once; the branches are the environment's moves
+    # from there. The queries are shared out over the episodes so that any slice of them sums to its own turns.
+    queries = len(anchors) * (len(continuations) if settings.continuation == "greedy" else 1)
     for e in episodes:
         e.info["branch_settled_frac"] = settled / max(1, len(anchors))
+        e.info["env_turns"] = queries / len(episodes)
     return episodes
 
 
