@@ -8,8 +8,8 @@ command), the rollout schemes it trains on (``rollout_schemes``; what choosing i
 implementation details (the algorithm
 module's docstring), settings (its ``Config`` dataclass: name, default, the docstring under the field),
 logged metrics (the keys its update returns beyond GRPO's, found by running one update of the network
-policy; every key is explained in docs/METRICS.md) and measured results (its row of the algorithm table
-that ``benchmarks/algo_table.py --publish`` wrote to docs/assets).
+policy; every key is explained in docs/METRICS.md) and measured results (its rows of the benchmark that
+``mazegym bench --publish`` wrote to docs/assets/bench.json).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from algos.base import AlgorithmConfig  # noqa: E402
 from runners.config import field_docs  # noqa: E402
 
 DOC = ROOT / "docs" / "algorithms.md"
-MEASURED = ROOT / "docs" / "assets" / "algo_table_cpu-maze-vlm.json"
-"""The default preset's algorithm table, as ``benchmarks/algo_table.py --publish`` writes it."""
+MEASURED = ROOT / "docs" / "assets" / "bench.json"
+"""The benchmark's statistics, as ``mazegym bench --publish`` writes them."""
 
 
 def schemes(name: str) -> str:
@@ -69,42 +69,28 @@ def update_keys(name: str) -> set[str]:
     return set(algos.make(name, policy, lr=1e-3).update(make_episodes(policy)))
 
 
-def _pct(spread: dict | None) -> str:
-    if not spread:
-        return "-"
-    if spread.get("ci95") is None:
-        return f"{100 * spread['mean']:.1f}%"
-    lo, hi = spread["ci95"]
-    return f"{100 * spread['mean']:.1f}% [95% CI {100 * lo:.1f}-{100 * hi:.1f}%]"
-
-
 def measured(name: str) -> str:
-    """The algorithm's rows of the published algorithm table (one per rollout scheme), or a line saying there are
-    none."""
-    from runners.config.schemes import SCHEME_NAMES
-
+    """The algorithm's results on each track of the published benchmark, or a line saying there are none."""
     if not MEASURED.is_file():
-        return "Not measured on the default preset yet (`benchmarks/algo_table.py --publish`)."
+        return "Not measured yet (`mazegym bench --publish`)."
     data = json.loads(MEASURED.read_text())
-    rows = [r for r in data["rows"] if r["algo"] == name and r.get("scheme")]
-    if not rows:
-        return f"Not in the published table (`{data['command']}`)."
     parts = []
-    for row in rows:
-        where = SCHEME_NAMES.get(row["scheme"], row["scheme"])
-        if row.get("unsupported"):
-            parts.append(f"on {where}: not run (it does not train there)")
-            continue
-        steps = (row.get("steps_run") or {}).get("mean", 0)
-        before = "; ".join(f"{c['solved']}/{c['episodes']}" for c in row["before_counts"][:1]) or "-"
-        parts.append(
-            f"on {where}, {row['finished']} of {len(row['seeds'])} seeds: **{before} -> {_pct(row['after'])}** "
-            f"after {steps:.0f} RL steps"
-        )
+    for track, summary in data["tracks"].items():
+        entry = summary["algos"].get(name)
+        if name in summary.get("unsupported", []):
+            parts.append(f"{track}: not run (it does not train on {summary['scheme']} rollouts)")
+        elif entry and "final" in entry:
+            f = entry["final"]
+            parts.append(
+                f"{track}: **{100 * f['iqm']:.1f}%** [{100 * f['low']:.1f}-{100 * f['high']:.1f}%] from "
+                f"{100 * entry['start']:.1f}% ({entry['finished']} seeds)"
+            )
+    if not parts:
+        return f"Not in the published benchmark (`{data['command']}`)."
     return (
-        f"Default preset (`{data['preset']}`), greedy solve rate on the fixed 64 mazes from one SFT start, mean over "
-        f"seeds with its 95% interval: {'; '.join(parts)}. Command: `{data['command']}` ({data['date']}); "
-        "the README and benchmarks/README.md have the whole table."
+        "Final greedy solve rate on each track of the published benchmark, interquartile mean over seeds with its 95% "
+        f"stratified-bootstrap interval, from the track's start: {'; '.join(parts)}. Command: `{data['command']}` "
+        f"({data['meta'].get('date', '')}); the README and benchmarks/README.md have the whole tables."
     )
 
 

@@ -69,16 +69,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for plugin in args.plugin:
         load_plugin(plugin)
     out = args.out.resolve()
-    data = run.run_benchmark(
-        args.tracks,
-        args.algos,
-        list(range(seeds)),
-        out,
-        args.parallel,
-        args.smoke,
-        args.plugin,
-        progress=not args.no_progress,
-    )
+    try:
+        data = run.run_benchmark(
+            args.tracks,
+            args.algos,
+            list(range(seeds)),
+            out,
+            args.parallel,
+            args.smoke,
+            args.plugin,
+            progress=not args.no_progress,
+        )
+    except KeyboardInterrupt:
+        print(f"mazegym bench: interrupted; run the same command again to resume (finished runs in {out} are kept)")
+        return 130
     command = "mazegym " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:]))
     text = run.markdown(data, command)
     print(text)

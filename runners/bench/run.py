@@ -106,10 +106,13 @@ def run_cells(
         bar.update(1)
         return cell, record
 
+    pool = ThreadPoolExecutor(max_workers=max(1, parallel))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            return dict(pool.map(one, cells))
+        futures = [pool.submit(one, cell) for cell in cells]
+        return dict(f.result() for f in futures)
     finally:
+        # On Ctrl-C the running children get the signal too; the queued cells must not start.
+        pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
 
 
