@@ -290,6 +290,7 @@ def eval_config(args: argparse.Namespace):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate the run's latest checkpoint (or an adapter / a model) on the fixed set and held-out sets."""
+    from mazegym.evalsets import EVAL_SETS
     from runners import atomic
     from runners.config import validate
     from runners.rollout.evaluate import format_table, write_json
@@ -301,13 +302,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     set_threads(config)
     if args.temperature is not None:
         config.eval.temperature = args.temperature
+    sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
+    unknown = [name for name in sets if name not in EVAL_SETS]
+    if unknown:
+        raise ValueError(f"--sets: no eval set called {', '.join(unknown)}; choose from {', '.join(sorted(EVAL_SETS))}")
+    if args.first is not None:
+        config.eval.set_mazes = {name: args.first for name in sets}
     run_dir = Path(config.run_dir)
     out = Path(args.json) if args.json else run_dir / "eval" / "eval.json"
     weights = resolve_weights(config, args.checkpoint, args.adapter, args.model)
     atomic.check_writable(out)
     generator = build_generator(config, weights.model_dir, weights.adapter)
-    sets = args.sets.split(",") if args.sets else [config.maze.eval_set, *config.maze.heldout_sets]
-    results = {name: eval_step(generator, config, name) for name in sets}
+    results = {}
+    for name in sets:
+        mazes = min(config.eval.set_mazes.get(name, EVAL_SETS[name].count), EVAL_SETS[name].count)
+        print(f"[eval] {name}: {mazes} mazes ...", flush=True)
+        results[name] = eval_step(generator, config, name)
     write_json(
         out,
         {
@@ -442,8 +452,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     preset = _preset_from_argv(argv or [])
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mazegym", description=DESCRIPTION, formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"mazegym {_version()}")
     sub = parser.add_subparsers(
-        dest="command", metavar="{train,sft,eval,serve,play-remote,report,play,export,submit,bench,presets}"
+        dest="command", metavar="{train,sft,eval,serve,serve-env,play-remote,report,play,export,submit,bench,presets}"
     )
 
     def epilog() -> str:
@@ -511,6 +522,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--temperature", type=_non_negative(float), default=None, help="decoding temperature (default 0 = greedy)"
     )
+    p.add_argument("--first", type=_positive_int, default=None, help="play only the first N mazes of each set")
     p.add_argument(
         "--json",
         default=None,
@@ -632,6 +644,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed mazegym's version ("unknown" when it runs from a tree that was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mazegym")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _non_negative(kind: type) -> Callable[[str], float | int]:
     """An argparse type: a finite number of ``kind`` that is >= 0 (argparse prints the usage and exits 2 otherwise)."""
     import math
@@ -647,6 +669,17 @@ def _non_negative(kind: type) -> Callable[[str], float | int]:
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def _positive_int(text: str) -> int:
+    """argparse type of a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
 
 
 def _port(text: str) -> int:
@@ -707,6 +740,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        resume = " (rerun the same command to resume from the last checkpoint)" if args.command == "train" else ""
+        print(f"mazegym {args.command}: interrupted (Ctrl-C){resume}", file=sys.stderr)
+        return 130
     except ConfigError as exc:
         print(f"mazegym {args.command}: config error: {exc}", file=sys.stderr)
         return 2

@@ -92,6 +92,8 @@ def test_bad_values_fail_fast(override, message):
         ('maze.rl_shapes=[{"generator":"nope"}]', r"maze.rl_shapes=.*unknown maze generator"),
         ("model.vision_update_iterations=[40,10]", r"model.vision_update_iterations must be \[\] or \[low, high\]"),
         ("model.vision_update_iterations=[10,40]", "model.vision_update_iterations varies the depth"),
+        ("maze.size=8", r"maze.size must be odd and >= 5 \(a grid of cells and walls\), got 8"),
+        ("loop.max_env_turns=-1", "loop.max_env_turns must be >= 0"),
     ],
 )
 def test_validation_errors_say_what_to_fix(override, message):

@@ -175,6 +175,8 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             )
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigError(f"eval.set_mazes[{name!r}]={count!r} must be a whole number of mazes >= 1")
+    if config.maze.size < 5 or config.maze.size % 2 == 0:  # before the checks that compare sizes
+        raise ConfigError(f"maze.size must be odd and >= 5 (a grid of cells and walls), got {config.maze.size}")
     if EVAL_SETS[config.maze.eval_set].size != config.maze.size:
         raise ConfigError(
             f"maze.eval_set={config.maze.eval_set!r} has "
@@ -191,8 +193,6 @@ def validate(config: TrainConfig, need_model: bool = True) -> None:
             f"sft.vision_iterations={depths!r} must be [] or [low, high] with 1 <= low <= high <= 10000 "
             "(integers: the range of encoder iterations a vision pretraining batch runs)"
         )
-    if config.maze.size < 5 or config.maze.size % 2 == 0:
-        raise ConfigError(f"maze.size must be odd and >= 5, got {config.maze.size}")
     try:
         MazeStream(config.maze.size, generator=config.maze.generator, shapes=config.maze.rl_shapes, exclude_eval=False)
     except (TypeError, ValueError, AttributeError) as exc:

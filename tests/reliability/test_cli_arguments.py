@@ -68,3 +68,22 @@ def test_an_output_file_argument_naming_a_directory_exits_2_before_any_work(comm
         cli.main([*command, str(tmp_path)])
     assert exit_info.value.code == 2
     assert "is a directory; name the file" in capsys.readouterr().err
+
+
+def test_ctrl_c_ends_a_command_with_one_line(tmp_path, monkeypatch, capsys):
+    import runners.local
+
+    def interrupted(config, command=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runners.local, "train", interrupted)
+    assert cli.main(["train", "--preset", "smoke", "--run-dir", str(tmp_path / "run")]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["mazegym train: interrupted (Ctrl-C) (rerun the same command to resume from the last checkpoint)"]
+
+
+def test_version_is_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mazegym {cli._version()}" and cli._version() != "unknown"

@@ -179,3 +179,19 @@ def test_eval_serve_and_export_ask_one_question_which_weights(tmp_path, calls):
     assert (given.source, given.adapter) == ("given", tmp_path / "elsewhere")
     with pytest.raises(FileNotFoundError, match="no trained adapter"):  # export ships RL results only
         export(config)
+
+
+def test_eval_names_an_unknown_set_before_any_work(tmp_path, calls, capsys):
+    run = _run(tmp_path)
+    assert main(["eval", "--run-dir", str(run), "--sets", "heldout-7x7,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--sets: no eval set called nope; choose from" in err and "damaged" not in err
+    assert not calls  # refused before a model was built
+
+
+def test_eval_first_plays_the_first_mazes_of_each_set_and_says_what_it_plays(tmp_path, calls, capsys):
+    run = _run(tmp_path)
+    assert main(["eval", "--run-dir", str(run), "--sets", "heldout-7x7,heldout-5x5", "--first", "3"]) == 0
+    assert calls["config"].eval.set_mazes == {"heldout-7x7": 3, "heldout-5x5": 3}
+    out = capsys.readouterr().out
+    assert "[eval] heldout-7x7: 3 mazes ..." in out and "[eval] heldout-5x5: 3 mazes ..." in out
