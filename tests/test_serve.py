@@ -274,6 +274,10 @@ def test_serving_md_snippets_run_as_written(run, server, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "MazeVLMForConditionalGeneration" in result.stdout
+    # the in-process block plays the set's first mazes with the run's own settings: the replies of `mazegym eval`
+    played = next(line for line in result.stdout.splitlines() if line.startswith("[("))
+    local = _in_process(run, "VisMaze-v0", 4)
+    assert played == str([(e.success, [t.text for t in e.turns][:3]) for e in local])
 
 
 def test_serving_md_gives_vllm_commands_only_for_models_vllm_loads(tmp_path):

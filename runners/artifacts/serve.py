@@ -53,6 +53,18 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 MODEL_NAME = "mazegym"
 """The ``model`` name requests use (as in ``vllm serve --lora-modules mazegym=...``)."""
+CLIENT_ROLLOUT_KEYS = (
+    "obs_mode",
+    "history",
+    "history_k",
+    "state_prompt",
+    "size_free_prompt",
+    "require_stop",
+    "max_new_tokens",
+    "max_moves",
+)
+"""The rollout settings a client must play with to ask the policy as its run did (the settings endpoint and
+SERVING.md's in-process snippet both give these)."""
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest request body accepted (a 225x225 maze frame is ~3 KB as PNG, a 13x13 one ~5 KB)."""
@@ -234,20 +246,10 @@ class ServedPolicy:
         from runners.config.derived import rollout_config
 
         rollout = rollout_config(self.config)
-        keys = (
-            "obs_mode",
-            "history",
-            "history_k",
-            "state_prompt",
-            "size_free_prompt",
-            "require_stop",
-            "max_new_tokens",
-            "max_moves",
-        )
         return {
             "model": self.name,
             "served": self.label,
-            "rollout": {k: getattr(rollout, k) for k in keys} | {"env_kwargs": dict(rollout.env_kwargs)},
+            "rollout": {k: getattr(rollout, k) for k in CLIENT_ROLLOUT_KEYS} | {"env_kwargs": dict(rollout.env_kwargs)},
             "maze_size": self.config.maze.size,
             "eval_set": self.config.maze.eval_set,
             "max_model_len": getattr(self.generator, "max_model_len", None),
@@ -797,7 +799,7 @@ def serving_markdown(
         f'generator.load_adapter("{adapter}", 1)',
         f"rollout = RolloutConfig(**{_settings_literal(rollout)})",
         f'episodes = evaluate_mazes(generator, load_eval_set("{eval_set}")[:4], rollout)',
-        "print([(e.success, [t.action for t in e.turns][:5]) for e in episodes])",
+        "print([(e.success, [t.text for t in e.turns][:3]) for e in episodes])",
         "```",
         "",
     ]
@@ -819,8 +821,8 @@ def serving_markdown(
 
 
 def _settings_literal(rollout: dict[str, Any]) -> str:
-    keys = ("obs_mode", "history", "history_k", "state_prompt", "require_stop", "max_new_tokens", "max_moves")
-    kept = {k: rollout[k] for k in keys if k in rollout}
+    """The rollout settings a client needs, as the Python literal SERVING.md passes to ``RolloutConfig``."""
+    kept = {k: rollout[k] for k in CLIENT_ROLLOUT_KEYS if k in rollout}
     if rollout.get("env_kwargs"):
         kept["env_kwargs"] = dict(rollout["env_kwargs"])
     return repr(kept)
