@@ -168,3 +168,45 @@ def test_a_smoke_benchmark_with_a_plugin_algorithm_writes_its_files_and_statisti
     again = subprocess.run([sys.executable, "-m", "runners.cli", *argv], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {p: p.stat().st_mtime for p in stamps} == stamps  # finished cells are skipped, not rerun
+
+
+def _fake_runs(finals: list[float]) -> list[dict]:
+    return [
+        {
+            "rc": 0,
+            "before": 0.25,
+            "after": f,
+            "solved_after": round(64 * f),
+            "episodes": 64,
+            "rl_steps": 2,
+            "env_turns": 200,
+            "wall_s": 60.0,
+            "curve": [[0, 0, 0.25], [2, 200, f]],
+        }
+        for f in finals
+    ]
+
+
+def test_publish_writes_the_tables_between_the_markers(tmp_path):
+    from runners.bench import run
+
+    track = TRACKS["trees"]
+    runs = {"grpo": _fake_runs([0.5, 0.5, 0.5]), "rloo": _fake_runs([1.0, 1.0, 1.0])}
+    summary = results.track_stats(track, runs, unsupported=["ppo"])
+    summary["table"] = results.track_markdown(summary, runs)
+    assert summary["algos"]["rloo"]["improvement"]["p"] == 1.0 and summary["separated"]
+    data = {"tracks": {"trees": summary}, "runs": [], "meta": {"seeds": [0, 1, 2], "date": "today"}}
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{run.START}\nold\n{run.END}\nafter\n")
+    (tmp_path / "out").mkdir()
+    run.publish(tmp_path / "out", data, "mazegym bench", [page], tmp_path / "assets")
+    text = page.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "| rloo | 3/3 | 25.0% | 100.0% [100.0-100.0%] | 1.00 [1.00-1.00] |" in text
+    assert "| ppo | not run: it does not train on branching rollouts |" in text
+    assert json.loads((tmp_path / "assets" / "bench.json").read_text())["command"] == "mazegym bench"
+    summary_table = run.summary_markdown(data, "mazegym bench")
+    assert "| grpo | 50.0% [50.0-50.0%] |" in summary_table and "| ppo | not run |" in summary_table
+    page.write_text("no markers")
+    with pytest.raises(ValueError, match="no <!-- bench:start -->"):
+        run.publish(tmp_path / "out", data, "mazegym bench", [page], tmp_path / "assets")

@@ -169,25 +169,61 @@ def markdown(data: dict[str, Any], command: str | None = None) -> str:
     return head + "\n\n" + "\n\n".join(s["table"] for s in data["tracks"].values()) + "\n"
 
 
+def summary_markdown(data: dict[str, Any], command: str) -> str:
+    """One table for the README: an algorithm per row, a track per column, each cell the final IQM with its 95%
+    interval; each track's start and whether it is saturated under its name."""
+    tracks = data["tracks"]
+    algos = list(dict.fromkeys(a for s in tracks.values() for a in [*s["algos"], *s["unsupported"]]))
+    seeds = len(data.get("meta", {}).get("seeds", []))
+    head = " | ".join(
+        f"`{name}`{' (saturated)' if s['saturated'] else ''}, start {results.pct(_start(s))}"
+        for name, s in tracks.items()
+    )
+    lines = [f"| algo | {head} |", "|---|" + "---|" * len(tracks)]
+    for algo in algos:
+        cells = []
+        for s in tracks.values():
+            entry = s["algos"].get(algo, {})
+            cells.append(
+                "not run" if algo in s["unsupported"] else results.interval(entry["final"]) if "final" in entry else "-"
+            )
+        lines.append(f"| {algo} | {' | '.join(cells)} |")
+    return (
+        "\n".join(lines)
+        + f"\n\nFinal greedy solve rate on each track's eval set, interquartile mean over {seeds} seeds [95% "
+        "stratified-bootstrap interval]; *not run*: the algorithm does not train on the track's rollout scheme. "
+        f"Command: `{command}` ({data.get('meta', {}).get('date', '')}). Per-seed counts, turns, the probability of "
+        "improvement over GRPO and the curves: [benchmarks/README.md](benchmarks/README.md).\n"
+    )
+
+
+def _start(summary: dict[str, Any]) -> float | None:
+    """The solve rate of a track's start checkpoint (the same for every algorithm)."""
+    starts = [a["start"] for a in summary["algos"].values() if "start" in a]
+    return starts[0] if starts else None
+
+
 def publish(out: Path, data: dict[str, Any], command: str, pages: Sequence[Path], assets: Path) -> None:
-    """Write the tables and figures where the docs read them (between the markers of each page of ``pages``)."""
-    pictures = []
+    """Write the tables and figures where the docs read them (between the markers of each page of ``pages``; a page
+    called README.md at the root gets the one-table summary, the others every table and figure)."""
     for name in data["tracks"]:
         if (out / f"{name}.png").is_file():
             atomic.write_bytes(assets / f"bench_{name}.png", (out / f"{name}.png").read_bytes())
-    block = markdown(data, command)
     for page in pages:
         text = page.read_text()
         start, end = text.find(START), text.find(END)
         if start < 0 or end < start:
             raise ValueError(f"{page} has no {START} ... {END} block to publish into")
-        pictures = [
-            f"![track {name}: learning curves, final IQM, P(> grpo), performance profile]"
-            f"({Path(os.path.relpath(assets / f'bench_{name}.png', page.parent)).as_posix()})"
-            for name in data["tracks"]
-            if (assets / f"bench_{name}.png").is_file()
-        ]
-        body = block + "\n" + "\n".join(pictures) + "\n"
+        if page.parent == ROOT:
+            body = summary_markdown(data, command)
+        else:
+            pictures = [
+                f"![track {name}: learning curves, final IQM, P(> grpo), performance profile]"
+                f"({Path(os.path.relpath(assets / f'bench_{name}.png', page.parent)).as_posix()})"
+                for name in data["tracks"]
+                if (assets / f"bench_{name}.png").is_file()
+            ]
+            body = markdown(data, command) + "\n" + "\n".join(pictures) + "\n"
         atomic.write_text(page, text[: start + len(START)] + "\n" + body + text[end:])
     keep = {"command": command, "meta": data.get("meta", {}), "tracks": data["tracks"]}
     atomic.write_text(assets / "bench.json", json.dumps(keep, indent=1))
