@@ -1,12 +1,14 @@
-"""The README's main-job table, written from finished runs (one per seed), never typed by hand.
+"""The main-job tables, written from finished runs (one per seed), never typed by hand.
 
-    python benchmarks/main_job_table.py runs/seed0 runs/seed1 runs/seed2             # print the table
-    python benchmarks/main_job_table.py runs/seed0 runs/seed1 runs/seed2 --publish   # and write it into README.md
+    python benchmarks/main_job_table.py runs/seed0 runs/seed1 runs/seed2             # print the tables
+    python benchmarks/main_job_table.py runs/seed0 runs/seed1 runs/seed2 --publish   # and write them into the docs
 
 Each run dir must hold what ``mazegym train`` leaves: ``config.json``, ``eval_results.json`` (the case-study set
 before and after RL, the evaluations during RL, the held-out sets, timing, peak memory) and ``run_info.json`` (the
-command and the machine's calibration). A held-out set a run did not evaluate reads "-". ``--publish`` replaces the
-text between ``<!-- main-job:start -->`` and ``<!-- main-job:end -->`` in README.md.
+command, the source commit and the machine's calibration). A held-out set a run did not evaluate reads "-".
+``--publish`` replaces the text between ``<!-- main-job:start -->`` and ``<!-- main-job:end -->``: in README.md with
+the short table (one row per seed, the lift and what it kept), in docs/rl-earns-its-lift.md with the full one; and
+it writes what both were made from to ``docs/assets/main_job.json``, so a test can check the pages against it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ PERFECT = ("heldout-5x5", "heldout-7x7", "VisMaze-Hard-v0", "heldout-13x13", "he
 
 
 def load_run(run: Path) -> dict:
-    """What the table reads from one finished run dir."""
+    """What the tables read from one finished run dir."""
     missing = [name for name in ("eval_results.json", "config.json", "run_info.json") if not (run / name).is_file()]
     if missing:
         raise SystemExit(f"{run}: no {', '.join(missing)}; pass the dirs of finished `mazegym train` runs")
@@ -90,6 +92,40 @@ def table(runs: list[dict], run_dirs: list[str]) -> str:
     return "\n".join(lines)
 
 
+def short_row(run: dict) -> str:
+    """One seed's row of the README's table."""
+    results = run["results"]
+    heldout = results.get("heldout", {})
+    calibration = run["invocation"].get("calibration", {}).get("units_per_s", float("nan"))
+    cells = [
+        str(run["config"]["loop"]["seed"]),
+        f"{count(results['before_rl'])} -> **{count(results['after_rl'])}**",
+        count(heldout.get("VisMaze-v0")),
+        percent(heldout.get("fresh-loops-9x9")),
+        f"{results['timing']['rl_seconds'] / 60:.1f} min at calibration {calibration:.1f}",
+        f"`{run['invocation'].get('commit') or '-'}`",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def short_table(runs: list[dict], run_dirs: list[str]) -> str:
+    """The README's table of ``runs``: per seed the lift on the case-study set, the perfect-maze set after RL, the
+    fresh loop mazes, the RL time and the source commit; the command under it."""
+    eval_set = runs[0]["results"]["eval_set"]
+    lines = [
+        f"| seed | `{eval_set}`: SFT start -> after RL | `VisMaze-v0` after RL | 1000 fresh loop mazes | RL time "
+        "| commit |",
+        "|---|---|---|---|---|---|",
+        *[short_row(run) for run in runs],
+        "",
+        "Greedy solve rates. Runs: `" + "`, `".join(run["invocation"]["command"] for run in runs) + "`. Table: "
+        "`python benchmarks/main_job_table.py " + " ".join(run_dirs) + " --publish`. The calibration is the "
+        "machine's speed (the reference machine reads about 10); the full table, larger mazes included: "
+        "[docs/rl-earns-its-lift.md](docs/rl-earns-its-lift.md).",
+    ]
+    return "\n".join(lines)
+
+
 def publish(text: str, readme: Path) -> None:
     """Replace the text between the main-job markers of ``readme`` with ``text``."""
     from runners.atomic import write_text
@@ -102,17 +138,54 @@ def publish(text: str, readme: Path) -> None:
     write_text(readme, f"{head}{START}\n{text}\n{END}{tail}")
 
 
+SNAPSHOT = ROOT / "docs" / "assets" / "main_job.json"
+"""What the published tables were made from."""
+
+
+def summarised(results: dict) -> dict:
+    """What the tables read of an ``eval_results.json``: counts, not per-maze records."""
+    counts = lambda s: None if not s else {k: s[k] for k in ("solved", "episodes", "solve_rate")}  # noqa: E731
+    keep = {k: results.get(k) for k in ("eval_set", "eval_history", "seconds", "peak_rss_gb")}
+    keep["timing"] = {k: results["timing"][k] for k in ("rl_seconds", "rl_steps_per_s")}
+    keep.update(before_rl=counts(results["before_rl"]), after_rl=counts(results["after_rl"]))
+    keep["heldout"] = {name: counts(s) for name, s in results.get("heldout", {}).items()}
+    return keep
+
+
+def render(snapshot: dict) -> tuple[str, str]:
+    """(the README's table, the full table) of a snapshot ``{"runs", "run_dirs"}``."""
+    return short_table(snapshot["runs"], snapshot["run_dirs"]), table(snapshot["runs"], snapshot["run_dirs"])
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the table of the given runs; with ``--publish``, also write it into README.md."""
+    """Print the tables of the given runs; with ``--publish``, also write them into the docs."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="finished run dirs, one per seed")
-    parser.add_argument("--publish", action="store_true", help="write the table into README.md")
+    parser.add_argument("--publish", action="store_true", help="write the tables into the docs")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--full", type=Path, default=ROOT / "docs" / "rl-earns-its-lift.md")
+    parser.add_argument("--snapshot", type=Path, default=SNAPSHOT)
     args = parser.parse_args(argv)
-    text = table([load_run(run) for run in args.runs], [str(run) for run in args.runs])
-    print(text)
+    runs = [load_run(run) for run in args.runs]
+    snapshot = {
+        "runs": [
+            {
+                "results": summarised(run["results"]),
+                "config": {"loop": {"seed": run["config"]["loop"]["seed"]}},
+                "invocation": {k: run["invocation"].get(k) for k in ("command", "commit", "calibration")},
+            }
+            for run in runs
+        ],
+        "run_dirs": [str(run) for run in args.runs],
+    }
+    short, full = render(snapshot)
+    print(short + "\n\n" + full)
     if args.publish:
-        publish(text, args.readme)
+        from runners.atomic import write_json
+
+        publish(short, args.readme)
+        publish(full, args.full)
+        write_json(args.snapshot, snapshot)
     return 0
 
 

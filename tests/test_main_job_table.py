@@ -22,7 +22,7 @@ main_job_table = _load("main_job_table")
 def fake_run(directory: Path, seed: int, before: int, after: int, heldout: dict) -> Path:
     """A run dir holding the three files the table reads."""
     directory.mkdir(parents=True)
-    summary = lambda solved, played=64: {"solved": solved, "episodes": played}  # noqa: E731
+    summary = lambda solved, played=64: {"solved": solved, "episodes": played, "solve_rate": solved / played}  # noqa: E731
     results = {
         "eval_set": "loops-9x9",
         "before_rl": summary(before),
@@ -35,7 +35,8 @@ def fake_run(directory: Path, seed: int, before: int, after: int, heldout: dict)
     }
     (directory / "eval_results.json").write_text(json.dumps(results))
     (directory / "config.json").write_text(json.dumps({"loop": {"seed": seed}}))
-    info = {"invocations": [{"command": f"mazegym train loop.seed={seed}", "calibration": {"units_per_s": 9.5}}]}
+    invocation = {"command": f"mazegym train loop.seed={seed}", "calibration": {"units_per_s": 9.5}, "commit": "abc123"}
+    info = {"invocations": [invocation if seed == 0 else {k: v for k, v in invocation.items() if k != "commit"}]}
     (directory / "run_info.json").write_text(json.dumps(info))
     return directory
 
@@ -43,10 +44,16 @@ def fake_run(directory: Path, seed: int, before: int, after: int, heldout: dict)
 def test_the_table_reads_each_run_and_publishes_between_the_markers(tmp_path):
     full = {"VisMaze-v0": (64,), "fresh-loops-9x9": (990, 1000), "loops-21x21": (16, 32), "heldout-5x5": (16, 16)}
     runs = [fake_run(tmp_path / "s0", 0, 10, 64, full), fake_run(tmp_path / "s1", 1, 32, 63, {})]
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{main_job_table.START}\nold table\n{main_job_table.END}\nafter\n")
-    assert main_job_table.main([str(r) for r in runs] + ["--publish", "--readme", str(readme)]) == 0
-    page = readme.read_text()
+    readme, full, snapshot = tmp_path / "README.md", tmp_path / "full.md", tmp_path / "main_job.json"
+    for page in (readme, full):
+        page.write_text(f"intro\n{main_job_table.START}\nold table\n{main_job_table.END}\nafter\n")
+    argv = ["--publish", "--readme", str(readme), "--full", str(full), "--snapshot", str(snapshot)]
+    assert main_job_table.main([str(r) for r in runs] + argv) == 0
+    short = [line for line in readme.read_text().splitlines() if line.startswith(("| 0 ", "| 1 "))]
+    assert short[0] == "| 0 | 10/64 -> **64/64** | 64/64 | 99% | 2.0 min at calibration 9.5 | `abc123` |"
+    assert short[1].startswith("| 1 | 32/64 -> **63/64** | - | - |")
+    assert "Runs: `mazegym train loop.seed=0`, `mazegym train loop.seed=1`" in readme.read_text()
+    page = full.read_text()
     assert page.startswith("intro\n") and page.endswith("after\n") and "old table" not in page
     rows = [line for line in page.splitlines() if line.startswith("| 0 ") or line.startswith("| 1 ")]
     assert len(rows) == 2
@@ -74,3 +81,16 @@ def test_sft_curve_trains_each_budget_and_writes_the_curve(tmp_path):
     assert all(0 <= r["solved"]["VisMaze-v0"] <= 64 for r in rows)
     table = (out / "curve.md").read_text()
     assert "| 2 | " in table and "| 4 | " in table and "| 1 | " in table and "1 seeds" in table
+
+
+def _block(page: Path, start: str, end: str) -> str:
+    text = page.read_text()
+    return text[text.index(start) + len(start) : text.index(end)].strip("\n")
+
+
+def test_the_published_main_job_tables_are_what_their_snapshot_renders():
+    """A figure typed into the README or the docs by hand, or a table left from an older publish, fails here."""
+    snapshot = json.loads(main_job_table.SNAPSHOT.read_text())
+    short, full = main_job_table.render(snapshot)
+    assert _block(ROOT / "README.md", main_job_table.START, main_job_table.END) == short
+    assert _block(ROOT / "docs" / "rl-earns-its-lift.md", main_job_table.START, main_job_table.END) == full

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
@@ -52,6 +53,28 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def source_commit() -> str | None:
+    """The git commit of the mazegym source this process runs, with ``+dirty`` when its tracked files differ from
+    it; None outside a git checkout (an installed wheel)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}{'+dirty' if dirty else ''}" if commit else None
+
+
 def record_invocation(run_dir: str | Path, command: str | None, calibration: dict | None = None) -> Path:
     """Append this invocation (command, start time, host, package versions, the machine's calibration
     figure when measured: :func:`runners.train.calibration.calibrate`) to ``run_dir/run_info.json``, atomically."""
@@ -66,6 +89,7 @@ def record_invocation(run_dir: str | Path, command: str | None, calibration: dic
             "command": command,
             "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "host": platform.node(),
+            "commit": source_commit(),
             "versions": package_versions(),
             **({"calibration": calibration} if calibration else {}),
         }
