@@ -1,6 +1,7 @@
 """Generated documentation stays in step with the code."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,18 @@ def test_encoder_extrapolation_benchmark_trains_and_walks_every_size(tmp_path):
     assert encoder_extrapolation.main([*argv, *extra]) == 0
     record = json.loads(out.read_text())
     assert set(record["rates"]) == {"11@30"} and record["settings"]["init_std"] == 0.1
+
+
+def test_the_examples_page_lists_every_example():
+    listed = set(re.findall(r"`(\d\d_\w+\.py)`", (ROOT / "examples" / "README.md").read_text()))
+    assert listed == {p.name for p in (ROOT / "examples").glob("[0-9][0-9]_*.py")}
+
+
+def test_the_published_benchmark_summary_is_what_its_statistics_render():
+    """The README's algorithm table is the output of the last `mazegym bench --publish`, not typed by hand."""
+    from runners.bench import run
+
+    saved = json.loads((ROOT / "docs" / "assets" / "bench.json").read_text())
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(run.START) + len(run.START) : text.index(run.END)].strip("\n")
+    assert block == run.summary_markdown(saved, saved["command"]).strip("\n")
