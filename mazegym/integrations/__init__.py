@@ -22,6 +22,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument(
         "--session-timeout", type=float, default=600.0, help="end a session idle this many seconds (0: never)"
     )
+    parser.add_argument(
+        "--max-frame-px", type=int, default=1024, help="largest frame side (size x cell_px) a session may ask for"
+    )
     return add_allow_host(parser)
 
 
