@@ -8,6 +8,7 @@ accumulation, clipping, diagnostics, checkpoint state) lives here, once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ class AlgorithmConfig:
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (subtracted from the loss)."""
     max_grad_norm: float = 1.0
-    """Clip the global gradient norm to this value (<= 0 disables clipping)."""
+    """Clip the global gradient norm to this value (0 disables clipping)."""
     loss_agg: str = "seq-mean-token-mean"
     """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum-norm (a row = one turn)."""
     max_len: int | None = None
@@ -106,6 +107,55 @@ class AlgorithmConfig:
     """
     seed: int = 0
     """Seed of the minibatch shuffling generator."""
+
+
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "lr": (0.0, 1.0, True),
+    "saved_modules_lr": (0.0, 1.0, True),
+    "vf_lr": (0.0, 1.0, True),
+    "weight_decay": (0.0, 1.0, False),
+    "warmup_updates": (0, 10**9, False),
+    "decay_updates": (0, 10**9, False),
+    "final_lr_ratio": (0.0, 1.0, False),
+    "epochs": (1, 1000, False),
+    "minibatch_size": (0, 10**9, False),
+    "micro_batch_size": (0, 10**9, False),
+    "negative_weight": (0.0, 1.0, False),
+    "clip_eps_low": (0.0, 1.0, False),
+    "clip_eps_high": (0.0, 10.0, False),
+    "dual_clip": (1.0, 1000.0, True),
+    "kl_coef": (0.0, 1000.0, False),
+    "entropy_coef": (0.0, 10.0, False),
+    "max_grad_norm": (0.0, 1e6, False),
+    "max_len": (1, 10**9, False),
+    "gamma": (0.0, 1.0, False),
+    "seed": (0, 2**31 - 1, False),
+    "step_weight": (0.0, 100.0, False),
+    "gae_lambda": (0.0, 1.0, False),
+    "vf_coef": (0.0, 1000.0, False),
+    "vf_clip": (0.0, 1e6, True),
+}
+"""(low, high, low excluded) of every numeric field of every algorithm's config (None, where a field allows it,
+is not checked); a test fails on a numeric field added without one."""
+
+
+def check_ranges(c: AlgorithmConfig) -> None:
+    """``ValueError`` naming the first numeric field of ``c`` that is not a number of its type inside its range."""
+    for f in dataclasses.fields(c):
+        value, bounds = getattr(c, f.name), RANGES.get(f.name)
+        if bounds is None or value is None:
+            continue
+        low, high, open_low = bounds
+        integer = isinstance(low, int) and isinstance(high, int)
+        kinds = (int,) if integer else (int, float)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, kinds)
+            or (isinstance(value, float) and not math.isfinite(value))
+        ):
+            raise ValueError(f"{f.name} must be {'an integer' if integer else 'a finite number'}, got {value!r}")
+        if value < low or value > high or (open_low and value == low):
+            raise ValueError(f"{f.name} must be in {'(' if open_low else '['}{low:g}, {high:g}], got {value:g}")
 
 
 ADDITIVE_METRICS = frozenset({"pg_loss", "kl", "entropy", "value_loss"})
@@ -201,6 +251,7 @@ class Algorithm:
         Needs no policy, so ``mazegym train --dry-run`` runs it too; checks that need the policy
         (PPO's value head) belong in :meth:`validate_config`.
         """
+        check_ranges(c)
         if c.loss_agg not in losses.AGG_MODES:
             raise ValueError(f"loss_agg={c.loss_agg!r}; choose one of {losses.AGG_MODES}")
         if not 0.0 <= c.negative_weight <= 1.0:

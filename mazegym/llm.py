@@ -15,10 +15,11 @@
 
 Parsing rules (see :func:`parse_action`): the parser accepts ``up``, ``Action: left``,
 ``<action>left</action>``, ``<answer>down</answer>``, ``('move', 1)``, ``('stop', 'stop')``,
-code fences and any case. Only the last :data:`MAX_SCAN_CHARS` (4,096) characters are
-scanned, which bounds the time on huge inputs (the answer is at the end of a reply). Within
-that window the most explicit format present wins, and inside it the *last* valid action:
-``<action>..</action>`` / ``<answer>..</answer>`` tags, then VisGym tuples
+code fences and any case. Tags are looked for in the last :data:`MAX_TAG_SCAN_CHARS` (65,536)
+characters and the other formats in the last :data:`MAX_SCAN_CHARS` (4,096), which bounds the
+time on huge inputs (the answer is at the end of a reply) and keeps a tagged answer followed by
+long prose from resolving to a word of the prose. The most explicit format present wins, and
+inside it the *last* valid action: ``<action>..</action>`` / ``<answer>..</answer>`` tags, then VisGym tuples
 (``('move', 1)``, ``('stop', 'stop')``), then ``Action: <name>`` labels, then bare direction
 words. Matching ignores case, backticks and code fences.
 
@@ -34,7 +35,9 @@ from typing import Any, Sequence
 
 ACTION_NAMES = ("right", "up", "left", "down", "stop")
 MAX_SCAN_CHARS = 4096
-"""Only this many trailing characters of a reply are parsed (bounds parse time)."""
+"""Only this many trailing characters of a reply are parsed for tuples, labels and words (bounds parse time)."""
+MAX_TAG_SCAN_CHARS = 1 << 16
+"""This many trailing characters are searched for ``<action>`` / ``<answer>`` tags."""
 
 _NAME_TO_ACTION = {name: i for i, name in enumerate(ACTION_NAMES)}
 _SYNONYMS = {"east": 0, "north": 1, "west": 2, "south": 3}
@@ -83,16 +86,14 @@ def _tuple_to_action(kind: str, arg: str) -> int | None:
     return _word_to_action(arg) if arg != "stop" else None
 
 
-def _actions_in(text: str) -> list[int]:
-    """Actions in the most explicit format present in ``text``, in order of appearance."""
+def _tag_actions(text: str) -> list[int]:
+    """The action of each ``<action>`` / ``<answer>`` tag in ``text`` that names one, in order of appearance."""
     found = []
     for m in _TAG_RE.finditer(text):
         inner = _actions_in_plain(m.group(2))
         if inner:
             found.append(inner[-1])
-    if found:
-        return found
-    return _actions_in_plain(text)
+    return found
 
 
 def _actions_in_plain(text: str) -> list[int]:
@@ -117,8 +118,9 @@ def parse_action(text: Any, require_stop: bool = False) -> ParsedAction:
     try:
         if not isinstance(text, str):
             return ParsedAction(None, None, f"expected text, got {type(text).__name__}")
+        candidates = _tag_actions(text[-MAX_TAG_SCAN_CHARS:].replace("`", " "))
         window = text[-MAX_SCAN_CHARS:].replace("`", " ")
-        candidates = _actions_in(window)
+        candidates = candidates or _actions_in_plain(window)
         allowed = [a for a in candidates if a != 4 or require_stop]
         if allowed:
             return ParsedAction(allowed[-1], ACTION_NAMES[allowed[-1]], None)

@@ -348,6 +348,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"mazegym serve: warning: {args.host} is not loopback and the server has no authentication", flush=True)
+    from mazegym.integrations.guards import allowed_hosts
+
+    hosts = allowed_hosts(args.host, args.allow_host)
     args.run_dir = args.run_dir_arg
     config = eval_config(args)
     validate(config)
@@ -366,7 +369,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Listening on {url}  (POST {url}{CHAT_PATH}, model {MODEL_NAME!r}; Ctrl-C stops)", flush=True)
         print(f"Play the run's eval set against it: mazegym play-remote {url}", flush=True)
 
-    serve(policy, sock, on_ready=ready)
+    serve(policy, sock, on_ready=ready, allowed_hosts=hosts)
     return 0
 
 
@@ -598,6 +601,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--config", action="append", default=[], metavar="FILE", help="YAML or JSON config file")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks a free one)")
+    from mazegym.integrations import add_allow_host, add_server_arguments
+
+    add_allow_host(p)
     p.set_defaults(func=cmd_serve, preset=None, adapter=None, model=None)
 
     p = sub.add_parser(
@@ -609,8 +615,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "See docs/integrations.md.",
         formatter_class=fmt,
     )
-    from mazegym.integrations import add_server_arguments
-
     add_server_arguments(p)
     p.set_defaults(func=cmd_serve_env)
 

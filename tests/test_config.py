@@ -78,7 +78,7 @@ def test_bad_values_fail_fast(override, message):
         ("rollout.obs_mode=image", "tiny text model cannot see them"),
         ("checkpoint.resume=/no/such/ckpt", "no such checkpoint"),
         ("algo.loss_agg=foo", r"algo \(grpo\): loss_agg='foo'; choose one of"),
-        ("algo.lr=-1", "lr must be positive"),
+        ("algo.lr=-1", r"lr must be in \(0, 1\]"),
         ("algo.name=ppo algo.vf_coef=x", "algo.vf_coef"),
         ("sft.vision_iterations=[40,10]", r"sft.vision_iterations=\[40, 10\] must be \[\] or \[low, high\]"),
         ("sft.vision_iterations=[5]", "sft.vision_iterations"),

@@ -71,7 +71,7 @@ def test_vf_lr_gives_the_critic_its_own_learning_rate():
     assert [g["lr"] for g in groups] == [1e-4, 1e-2]
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in policy.value_parameters()}
     assert len(algos.make("ppo", policy).optimizer.param_groups) == 1
-    with pytest.raises(ValueError, match="vf_lr must be positive"):
+    with pytest.raises(ValueError, match=r"vf_lr must be in \(0, 1\]"):
         algos.make("ppo", policy, vf_lr=-1.0)
 
 

@@ -22,4 +22,20 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument(
         "--session-timeout", type=float, default=600.0, help="end a session idle this many seconds (0: never)"
     )
+    parser.add_argument(
+        "--max-frame-px", type=int, default=1024, help="largest frame side (size x cell_px) a session may ask for"
+    )
+    return add_allow_host(parser)
+
+
+def add_allow_host(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``--allow-host`` option of both servers: Host and Origin names answered besides loopback's."""
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host / Origin name to answer besides loopback names and --host (repeatable; '*.example.com'; "
+        "'*': any, which lets every web page a browser shows drive the server)",
+    )
     return parser

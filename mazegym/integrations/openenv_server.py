@@ -18,14 +18,20 @@ WebSocket session; the client is an OpenEnv :class:`~openenv.core.env_client.Env
 ``options``: ``{"maze": MazeSpec dict}`` or ``{"eval_set": name, "index": i}`` for maze ``i`` of a
 fixed evaluation set. A step's observation carries the image (base64 PNG, lossless), the ASCII map,
 the env's ``info`` (feedback text, moves and move limit, ...), ``terminated`` and ``truncated``.
-Bad requests come back as OpenEnv error messages naming the problem (the client raises them as
-``RuntimeError``); a session ends when its WebSocket closes, and with ``session_timeout`` also
-when it sits idle that long.
+Bad requests come back as OpenEnv error messages naming the problem and the field (the client raises
+them as ``RuntimeError``), and the session goes on; a session ends when its WebSocket closes, and
+when it sits idle ``session_timeout`` seconds (600 by default).
+
+What one client can cost is bounded: a frame at most ``max_frame_px`` a side, ``max_sessions``
+envs at once (the stateless ``POST /reset`` and ``POST /step`` each hold one while they run), and
+uvicorn's connection limit and idle timeouts; only Host and Origin headers naming loopback (or
+``--allow-host``) are answered (:mod:`mazegym.integrations.guards`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import uuid
 from typing import Any, Optional
 
@@ -34,6 +40,7 @@ import numpy as np
 from fastapi import FastAPI, WebSocketDisconnect
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
+from openenv.core.env_server.exceptions import SessionCapacityError
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import (
@@ -44,13 +51,14 @@ from openenv.core.env_server.types import (
     ServerCapacityStatus,
     State,
 )
-from pydantic import Field, model_validator
+from pydantic import Field, StrictInt, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 from websockets.exceptions import ConnectionClosed
 
 import mazegym
 from mazegym.evalsets import EVAL_SETS, load_eval_set
 from mazegym.integrations import add_server_arguments
+from mazegym.integrations.guards import CONNECTION_LIMIT, allowed_hosts, guard, uvicorn_limits
 from mazegym.integrations.messages import decode_png, encode_png
 from mazegym.integrations.visgym import env_id_for
 from mazegym.llm import invalid_action_feedback, parse_action
@@ -68,13 +76,20 @@ ENV_KWARGS = (
     "shaping_gamma",
 )
 """The VisMaze arguments a client may set per session (the env id fixes the size)."""
+MAX_FRAME_PX = 1024
+"""Default largest frame side (size x cell_px) a session may ask for: a 33x33 maze at 31 px a cell; ~3 MiB a frame."""
+SESSION_TIMEOUT_S = 600.0
+"""Default seconds a session may sit idle before the server ends it."""
 
 
 class MazeAction(Action):
     """One move: an action index (0=right 1=up 2=left 3=down 4=stop) or a model reply to parse."""
 
-    action: Optional[int] = Field(default=None, ge=0, le=4, description="action index")
-    text: Optional[str] = Field(default=None, max_length=65536, description="a model reply, parsed by mazegym.llm")
+    # strict: "1" and true are not actions (pydantic would coerce both to 1)
+    action: Optional[StrictInt] = Field(default=None, ge=0, le=4, description="action index")
+    text: Optional[StrictStr] = Field(
+        default=None, max_length=65536, description="a model reply, parsed by mazegym.llm"
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> "MazeAction":
@@ -113,9 +128,10 @@ class VisMazeEnvironment(Environment[MazeAction, MazeObservation, State]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each session owns its env; nothing is shared
 
-    def __init__(self, env_id: str = "VisMaze-v0"):
+    def __init__(self, env_id: str = "VisMaze-v0", max_frame_px: int = MAX_FRAME_PX):
         super().__init__()
         self.default_env_id = env_id_for(env_id)
+        self.max_frame_px = int(max_frame_px)
         self.env: gym.Env | None = None
         self._config: tuple | None = None
         self._state = State(episode_id=None, step_count=0)
@@ -136,10 +152,15 @@ class VisMazeEnvironment(Environment[MazeAction, MazeObservation, State]):
             )
         maze, set_env_id = self._maze_option(options)
         env_id = env_id_for(env_id or set_env_id or self.default_env_id)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an integer or null, got {seed!r:.40}")
+        if env_kwargs is not None and not isinstance(env_kwargs, dict):
+            raise ValueError("env_kwargs must be an object of the env's arguments")
         env_kwargs = dict(env_kwargs or {})
         bad = sorted(set(env_kwargs) - set(ENV_KWARGS))
         if bad:
             raise ValueError(f"unknown env_kwargs {bad}; allowed: {list(ENV_KWARGS)}")
+        self._check_frame(env_id, env_kwargs)
         config = (env_id, tuple(sorted(env_kwargs.items())))
         if config != self._config:
             if self.env is not None:
@@ -191,6 +212,16 @@ class VisMazeEnvironment(Environment[MazeAction, MazeObservation, State]):
             self.env.close()
             self.env = None
 
+    def _check_frame(self, env_id: str, env_kwargs: dict[str, Any]) -> None:
+        """Refuse a frame side (size x cell_px) over ``max_frame_px`` before the env allocates it."""
+        size = gym.spec(env_id).kwargs.get("size", 9)
+        cell_px = env_kwargs.get("cell_px", gym.spec(env_id).kwargs.get("cell_px", 25))
+        if isinstance(cell_px, int) and not isinstance(cell_px, bool) and size * cell_px > self.max_frame_px:
+            raise ValueError(
+                f"env_kwargs['cell_px']={cell_px} makes {size * cell_px} px frames for {env_id}; this server allows "
+                f"at most {self.max_frame_px} px a side (cell_px <= {self.max_frame_px // size})"
+            )
+
     @staticmethod
     def _maze_option(options: Optional[dict[str, Any]]) -> tuple[Any, Optional[str]]:
         """``(maze or None, the eval set's env id or None)`` from reset's ``options``, with clear errors."""
@@ -238,17 +269,102 @@ class _QuietWebSocketClose:
                 raise
 
 
+class _SessionGuard:
+    """ASGI middleware keeping one client from breaking a session or going around the session cap.
+
+    * The stateless ``POST /reset`` and ``POST /step`` each hold a session slot while they run (503 at the cap).
+    * A WebSocket message that is JSON but not an object (``null``), or a binary frame, is answered with an
+      error and the session goes on (openenv-core 0.3.0 ends the session on them).
+    * A validation error's message names the fields (openenv-core says "Invalid message").
+    """
+
+    def __init__(self, app, server: HTTPEnvServer):
+        self.app, self.server = app, server
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket":
+            await self.app(scope, _objects_only(receive, send), _naming_fields(send))
+        elif scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in ("/reset", "/step"):
+            await self._stateless(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _stateless(self, scope, receive, send) -> None:
+        try:
+            session_id, _ = await self.server._create_session()  # openenv-core's own count, shared with /ws
+        except SessionCapacityError as exc:
+            body = json.dumps({"detail": f"{exc}; see GET /capacity"}).encode()
+            await send(
+                {"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json")]}
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            await self.server._destroy_session(session_id)
+
+
+def _objects_only(receive, send):
+    async def receive_object():
+        while True:
+            message = await receive()
+            if message["type"] != "websocket.receive":
+                return message
+            problem = _message_problem(message.get("text"))
+            if problem is None:
+                return message
+            await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": problem})})
+
+    return receive_object
+
+
+def _message_problem(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return {"message": "send text frames holding JSON objects, not binary frames", "code": "INVALID_JSON"}
+    try:
+        message = json.loads(text)
+    except ValueError:  # openenv-core answers invalid JSON itself
+        return None
+    if isinstance(message, dict):
+        return None
+    return {
+        "message": f"a message must be a JSON object with a 'type', got {type(message).__name__}",
+        "code": "INVALID_JSON",
+    }
+
+
+def _naming_fields(send):
+    async def send_named(message):
+        if message["type"] == "websocket.send" and '"VALIDATION_ERROR"' in (message.get("text") or ""):
+            reply = json.loads(message["text"])
+            errors = reply.get("data", {}).get("errors") or []
+            named = "; ".join(f"{'.'.join(map(str, e.get('loc', ()))) or 'message'}: {e.get('msg')}" for e in errors)
+            reply["data"]["message"] = f"invalid message: {named}"[:2000]
+            message = {**message, "text": json.dumps(reply)}
+        await send(message)
+
+    return send_named
+
+
 def build_app(
-    env_id: str = "VisMaze-v0", max_sessions: int = 64, session_timeout: float | None = None
+    env_id: str = "VisMaze-v0",
+    max_sessions: int = 64,
+    session_timeout: float | None = SESSION_TIMEOUT_S,
+    max_frame_px: int = MAX_FRAME_PX,
+    hosts: list[str] | None = None,
 ) -> tuple[FastAPI, HTTPEnvServer]:
     """The FastAPI app serving VisMaze sessions, and its OpenEnv ``HTTPEnvServer`` (which counts the sessions).
 
-    Besides OpenEnv's routes, ``GET /capacity`` returns the active and maximum session counts.
+    Besides OpenEnv's routes, ``GET /capacity`` returns the active and maximum session counts. Only Host and
+    Origin headers naming ``hosts`` are answered (default: loopback names).
     """
     env_id_for(env_id)  # an unknown id fails here, not in the first session
+    if isinstance(max_frame_px, bool) or not isinstance(max_frame_px, int) or max_frame_px < 1:
+        raise ValueError(f"max_frame_px must be a positive integer, got {max_frame_px!r}")
 
     def factory() -> VisMazeEnvironment:
-        return VisMazeEnvironment(env_id)
+        return VisMazeEnvironment(env_id, max_frame_px)
 
     app = FastAPI(title="mazegym VisMaze environment server", version=mazegym.__version__)
     server = HTTPEnvServer(
@@ -258,7 +374,9 @@ def build_app(
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout),
     )
     server.register_routes(app)
+    app.add_middleware(_SessionGuard, server=server)
     app.add_middleware(_QuietWebSocketClose)
+    guard(app, hosts if hosts is not None else allowed_hosts())
 
     @app.get("/capacity", response_model=ServerCapacityStatus)
     def capacity() -> ServerCapacityStatus:
@@ -353,9 +471,11 @@ def serve(args: argparse.Namespace) -> int:
     """Run the server until Ctrl-C."""
     import uvicorn
 
-    app, _ = build_app(args.env_id, args.max_sessions, args.session_timeout or None)
+    hosts = allowed_hosts(args.host, args.allow_host)
+    app, _ = build_app(args.env_id, args.max_sessions, args.session_timeout or None, args.max_frame_px, hosts)
     print(f"VisMaze environment server on http://{args.host}:{args.port} (WebSocket /ws; Ctrl-C stops)", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    limits = uvicorn_limits(connections=max(CONNECTION_LIMIT, 2 * args.max_sessions))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", **limits)
     return 0
 
 

@@ -17,8 +17,12 @@ where MazeVLM's decoder runs on vLLM with its vision encoder beside it) and answ
 
 Requests that arrive together are generated in one batch (:class:`_Batcher`), as ``mazegym eval``
 plays its mazes. A bad request is an OpenAI-style error object with status 400 (404 for an
-unknown model name, 413 for a body over :data:`MAX_BODY_BYTES`); no request can stop the server.
-There is no authentication: keep it on loopback or behind a proxy that has some.
+unknown model name, 408 for a body slower than :data:`BODY_TIMEOUT_S`, 413 for one over
+:data:`MAX_BODY_BYTES`); no request can stop the server. Images are PNG only, sized from their
+header before they are decoded; requests are parsed and tokenized off the event loop. Only Host
+and Origin headers naming loopback (or ``--allow-host``) are answered, and uvicorn runs with a
+connection limit and idle timeouts (:mod:`mazegym.integrations.guards`). There is no
+authentication: keep it on loopback or behind a proxy that has some.
 
 **The client** (:func:`play_remote`) plays a fixed eval set's mazes against such a server with the
 rollout code ``mazegym eval`` uses (:func:`runners.rollout.evaluate.play_eval_mazes`), through
@@ -80,6 +84,16 @@ MAX_BATCH = 64
 BATCH_WAIT_S = 0.005
 """How long the batcher waits for more requests after the first one of a batch."""
 
+MAX_IMAGE_PIXELS = 1024 * 1024
+"""Largest image in pixels, checked before it is decoded (a 33x33 maze at 25 px a cell is 825x825)."""
+MAX_MAZE_ROWS = 33
+"""Most maze rows an image may show (its height over the model's cell size), the largest registered maze: the
+recurrent vision encoder runs iterations that grow with the square of the rows."""
+MAX_PROMPT_CHARS = 256 * 1024
+"""Most characters of text in one request, refused before it is tokenized."""
+BODY_TIMEOUT_S = 30
+"""Seconds a request body may take to arrive."""
+
 SETTINGS_PATH = "/v1/mazegym/settings"
 CHAT_PATH = "/v1/chat/completions"
 
@@ -107,8 +121,9 @@ def image_data_url(image: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def decode_image(url: Any, param: str = "image_url") -> np.ndarray:
-    """A base64 ``data:image/...`` URL -> HxWx3 uint8 array; :class:`RequestError` for anything else."""
+def decode_image(url: Any, param: str = "image_url", max_side: int = MAX_IMAGE_SIDE) -> np.ndarray:
+    """A base64 PNG ``data:image/...`` URL of at most :data:`MAX_IMAGE_PIXELS` and ``max_side`` a side -> HxWx3
+    uint8 array; :class:`RequestError` for anything else (sizes are read from the header, before decoding)."""
     from PIL import Image, UnidentifiedImageError
 
     if not isinstance(url, str) or not url.startswith("data:image/"):
@@ -123,14 +138,20 @@ def decode_image(url: Any, param: str = "image_url") -> np.ndarray:
     except ValueError:
         raise RequestError("the image data URL holds invalid base64", param=param) from None
     try:
-        with Image.open(io.BytesIO(raw)) as image:
-            if max(image.size) > MAX_IMAGE_SIDE:
-                raise RequestError(f"image of {image.size[0]}x{image.size[1]} px: at most {MAX_IMAGE_SIDE} a side")
+        # PNG only: PIL's other decoders include EPS, which runs Ghostscript on the request's PostScript
+        with Image.open(io.BytesIO(raw), formats=["PNG"]) as image:
+            width, height = image.size
+            if width * height > MAX_IMAGE_PIXELS or max(width, height) > max_side:
+                raise RequestError(
+                    f"image of {width}x{height} px: at most {MAX_IMAGE_PIXELS} px and {max_side} px a side",
+                    param=param,
+                    code="image_too_large",
+                )
             return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except RequestError:
         raise
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise RequestError(f"the image could not be decoded ({type(exc).__name__})", param=param) from None
+        raise RequestError(f"the image could not be decoded as PNG ({type(exc).__name__})", param=param) from None
 
 
 def to_openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -153,8 +174,9 @@ def to_openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any
 ROLES = ("system", "user", "assistant")
 
 
-def from_openai_messages(messages: Any) -> list[dict[str, Any]]:
-    """OpenAI chat messages -> mazegym's (every content a list of parts, images decoded), checked.
+def from_openai_messages(messages: Any, max_side: int = MAX_IMAGE_SIDE) -> list[dict[str, Any]]:
+    """OpenAI chat messages -> mazegym's (every content a list of parts, images decoded), checked: at most
+    :data:`MAX_PROMPT_CHARS` of text, images as :func:`decode_image` takes them (``max_side`` px a side).
 
     String content becomes one text part, as :func:`mazegym.llm.build_messages` writes every
     message, so a conversation sent either way renders to the same prompt.
@@ -163,7 +185,7 @@ def from_openai_messages(messages: Any) -> list[dict[str, Any]]:
         raise RequestError("messages must be a non-empty list", param="messages")
     if len(messages) > MAX_MESSAGES:
         raise RequestError(f"{len(messages)} messages: at most {MAX_MESSAGES}", param="messages")
-    out, images = [], 0
+    out, images, chars = [], 0, 0
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict) or message.get("role") not in ROLES:
@@ -185,13 +207,18 @@ def from_openai_messages(messages: Any) -> list[dict[str, Any]]:
                         raise RequestError(f"more than {MAX_IMAGES} images in one request", param="messages")
                     spec = part.get("image_url")
                     url = spec.get("url") if isinstance(spec, dict) else spec
-                    parts.append({"type": "image", "image": decode_image(url, f"{where}.content[{j}]")})
+                    parts.append({"type": "image", "image": decode_image(url, f"{where}.content[{j}]", max_side)})
                 else:
                     raise RequestError(
                         f"{where}.content[{j}] must be a text part or an image_url part", param=f"{where}.content[{j}]"
                     )
         else:
             raise RequestError(f"{where}.content must be a string or a list of parts", param=where)
+        chars += sum(len(p["text"]) for p in parts if p["type"] == "text")
+        if chars > MAX_PROMPT_CHARS:
+            raise RequestError(
+                f"more than {MAX_PROMPT_CHARS} characters of text", param=where, code="context_length_exceeded"
+            )
         out.append({"role": message["role"], "content": parts})
     return out
 
@@ -200,13 +227,20 @@ def _number(body: dict, key: str, default: float, low: float, high: float, integ
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RequestError(f"{key} must be a number", param=key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+        raise RequestError(f"{key} must be a finite number", param=key)
     if integer and int(value) != value:
         raise RequestError(f"{key} must be an integer", param=key)
     if not low <= value <= high:
         raise RequestError(f"{key} must be in [{low:g}, {high:g}], got {value}", param=key)
     return int(value) if integer else float(value)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float: JSON allows 10**400
+        return False
 
 
 def sampling_of(body: dict, default_max_tokens: int):
@@ -371,23 +405,32 @@ def _image_rows(images: list[np.ndarray], cell_px: int | None) -> int:
     return max(int(im.shape[0]) // cell_px for im in images)
 
 
-def build_app(policy: ServedPolicy, batcher: _Batcher | None = None):
-    """The FastAPI application serving ``policy`` (see the module docstring for the routes)."""
+def build_app(policy: ServedPolicy, batcher: _Batcher | None = None, allowed_hosts: Sequence[str] | None = None):
+    """The FastAPI application serving ``policy`` (see the module docstring for the routes), answering only requests
+    whose Host and Origin name ``allowed_hosts`` (default: loopback names; see :mod:`mazegym.integrations.guards`)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
+
+    from mazegym.integrations.guards import guard
+    from mazegym.integrations.guards import allowed_hosts as loopback
 
     batcher = batcher if batcher is not None else _Batcher(policy)
     encoder = policy.generator.encoder
     cell_px = getattr(getattr(encoder, "image_processor", None), "cell_px", None)
+    max_side = min(MAX_IMAGE_SIDE, MAX_MAZE_ROWS * int(cell_px)) if cell_px else MAX_IMAGE_SIDE
     limit = getattr(policy.generator, "max_model_len", None)
     default_tokens = int(policy.config.rollout.max_new_tokens)
+    # one thread prepares requests (JSON, images, tokens) off the event loop, in arrival order, as the loop did
+    preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mazegym-serve-prepare")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
         batcher.close()
+        preparer.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="mazegym policy server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    guard(app, list(allowed_hosts) if allowed_hosts is not None else loopback())
 
     def error(exc: RequestError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -407,35 +450,42 @@ def build_app(policy: ServedPolicy, batcher: _Batcher | None = None):
     def settings() -> dict:
         return policy.settings()
 
+    def prepare(raw: bytes) -> tuple[Any, list[int], list[Any]]:
+        body = _parse_json(raw)
+        model = body.get("model", policy.name)
+        if model != policy.name:
+            raise RequestError(
+                f"model {str(model)[:80]!r} is not served here; use {policy.name!r}",
+                status=404,
+                param="model",
+                code="model_not_found",
+            )
+        sampling = sampling_of(body, default_tokens)
+        messages = from_openai_messages(body.get("messages"), max_side)
+        try:
+            ids, images = encoder.encode(messages)
+        except RequestError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- a template or image-size problem of this request
+            raise RequestError(f"the messages cannot be put to this model: {exc}", param="messages") from None
+        if limit is not None and len(ids) + sampling.max_new_tokens > int(limit):
+            raise RequestError(
+                f"the prompt ({len(ids)} tokens) plus max_tokens ({sampling.max_new_tokens}) exceeds the model's "
+                f"context of {limit} tokens",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        return sampling, ids, images
+
     @app.post(CHAT_PATH)
     async def chat_completions(request: Request):
         try:
-            body = await _read_json(request)
-            model = body.get("model", policy.name)
-            if model != policy.name:
-                raise RequestError(
-                    f"model {str(model)[:80]!r} is not served here; use {policy.name!r}",
-                    status=404,
-                    param="model",
-                    code="model_not_found",
-                )
-            sampling = sampling_of(body, default_tokens)
-            messages = from_openai_messages(body.get("messages"))
-            try:
-                ids, images = encoder.encode(messages)
-            except RequestError:
-                raise
-            except Exception as exc:  # noqa: BLE001 -- a template or image-size problem of this request
-                raise RequestError(f"the messages cannot be put to this model: {exc}", param="messages") from None
-            if limit is not None and len(ids) + sampling.max_new_tokens > int(limit):
-                raise RequestError(
-                    f"the prompt ({len(ids)} tokens) plus max_tokens ({sampling.max_new_tokens}) exceeds the model's "
-                    f"context of {limit} tokens",
-                    param="messages",
-                    code="context_length_exceeded",
-                )
+            raw = await _read_body(request)
+            sampling, ids, images = await asyncio.wrap_future(preparer.submit(prepare, raw))
         except RequestError as exc:
             return error(exc)
+        except Exception as exc:  # noqa: BLE001 -- a bug shows as a JSON 500 naming it, and the server keeps serving
+            return error(RequestError(f"the request failed: {type(exc).__name__}: {exc}"[:500], status=500))
         from runners.rollout.generation.base import Prompt
 
         iterations = policy.vision_iterations(_image_rows(images, cell_px))
@@ -466,19 +516,28 @@ def build_app(policy: ServedPolicy, batcher: _Batcher | None = None):
     return app
 
 
-async def _read_json(request: Any) -> dict:
-    """The request body as a JSON object, read no further than :data:`MAX_BODY_BYTES`."""
+async def _read_body(request: Any) -> bytes:
+    """The request body, read no further than :data:`MAX_BODY_BYTES` and for no longer than :data:`BODY_TIMEOUT_S`."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise RequestError(f"request body over {MAX_BODY_BYTES} bytes", status=413)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise RequestError(f"request body over {MAX_BODY_BYTES} bytes", status=413)
-        chunks.append(chunk)
     try:
-        body = json.loads(b"".join(chunks))
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise RequestError(f"request body over {MAX_BODY_BYTES} bytes", status=413)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestError(f"the request body took over {BODY_TIMEOUT_S} s to arrive", status=408) from None
+    return b"".join(chunks)
+
+
+def _parse_json(raw: bytes) -> dict:
+    """The request body as a JSON object."""
+    try:
+        body = json.loads(raw)
     except (ValueError, RecursionError):
         raise RequestError("the request body is not JSON") from None
     if not isinstance(body, dict):
@@ -506,10 +565,17 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve(policy: ServedPolicy, sock: socket.socket, on_ready: Callable[[], None] | None = None) -> None:
-    """Serve ``policy`` on the bound socket ``sock`` until SIGINT/SIGTERM; ``on_ready`` runs once requests are
-    answered."""
+def serve(
+    policy: ServedPolicy,
+    sock: socket.socket,
+    on_ready: Callable[[], None] | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+) -> None:
+    """Serve ``policy`` on the bound socket ``sock`` until SIGINT/SIGTERM, within uvicorn's connection limits and
+    timeouts (:func:`mazegym.integrations.guards.uvicorn_limits`); ``on_ready`` runs once requests are answered."""
     import uvicorn
+
+    from mazegym.integrations.guards import uvicorn_limits
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets=None):
@@ -517,7 +583,8 @@ def serve(policy: ServedPolicy, sock: socket.socket, on_ready: Callable[[], None
             if self.started and on_ready is not None:
                 on_ready()
 
-    config = uvicorn.Config(build_app(policy), log_level="warning", access_log=False, lifespan="on")
+    app = build_app(policy, allowed_hosts=allowed_hosts)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", **uvicorn_limits())
     _Server(config).run(sockets=[sock])
 
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from mazegym.envs.vismaze import VisMazeEnv
-from mazegym.llm import ACTION_NAMES, MAX_SCAN_CHARS, parse_action
+from mazegym.llm import ACTION_NAMES, MAX_SCAN_CHARS, MAX_TAG_SCAN_CHARS, parse_action
 from mazegym.maze import sample_maze
 from mazegym.wrappers import TextActionWrapper
 from runners.rollout.generation.base import GenerationResult
@@ -87,7 +87,7 @@ def hostile_replies(seed: int = 0, count: int = COUNT) -> list[tuple[object, int
             out.append((_noise(rng, rng.randrange(0, 400)) + _explicit(rng, action), action))
         elif shape == 3:  # an explicit action followed by digit noise
             out.append((_explicit(rng, action) + "".join(rng.choice("0123456789 .") for _ in range(80)), action))
-        elif shape == 4:  # a huge reply: only its tail is read
+        elif shape == 4:  # a huge reply: only its tail is read (for tags, the last MAX_TAG_SCAN_CHARS)
             filler = "9" * rng.choice([10_000, 200_000, 1_000_000])
             ends = rng.random() < 0.5
             out.append(
@@ -95,7 +95,7 @@ def hostile_replies(seed: int = 0, count: int = COUNT) -> list[tuple[object, int
                     filler + f"<action>{ACTION_NAMES[action]}</action>"
                     if ends
                     else f"<action>{ACTION_NAMES[action]}</action>" + filler,
-                    action if ends else None,
+                    action if ends or len(filler) + 32 <= MAX_TAG_SCAN_CHARS else None,
                 )
             )
         elif shape == 5:  # stop is not an action here
