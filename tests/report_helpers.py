@@ -72,6 +72,4 @@ def assert_renders_in_chromium(report: Path, workdir: Path) -> dict:
     return probe
 
 
-NO_CHROMIUM = (
-    "no chromium on PATH: scripts/install.sh installs it with apt-get when run as root (apt-get install -y chromium)"
-)
+NO_CHROMIUM = "no chromium on PATH: MAZEGYM_BROWSER=1 bash scripts/install.sh installs it with apt-get when run as root"
