@@ -379,7 +379,17 @@ def test_sampled_branches_score_the_replies_once_and_label_from_their_distributi
     )
     episodes = collect_branches(gen, mazes, config)
     anchors = sum(int((~m.grid).sum()) - 1 for m in mazes)
-    assert gen.calls == [] and gen.scored == [(anchors, 4, 0.7)]  # no generation: one scoring call
+    # one scoring call labels the branches; one greedy call measures what evaluation would play
+    assert gen.calls == [anchors] and gen.scored == [(anchors, 4, 0.7)]
+    metrics = rollout_metrics(episodes)
+    assert metrics["greedy_start_success"] == 0.0  # greedy replies never move: only moves onto the goal succeed
+    by_id = {m.maze_id: m for m in mazes}
+    for e in episodes:
+        maze, turn = by_id[e.maze_id], e.turns[0]
+        cell = tuple(int(x) for x in turn.state.split(","))
+        assert e.success == (next_cell(maze.grid, cell, turn.action) == maze.goal)
+    assert metrics["move_mass"] == pytest.approx(0.9)  # 0.6 + 3 x 0.1 of a sampled reply is a move
+    assert metrics["env_turns"] == pytest.approx(anchors)  # the measurement is not experience
     rewarded = 0
     for e in episodes:
         maze = next(m for m in mazes if m.maze_id == e.maze_id)

@@ -352,4 +352,9 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
             if all("branch_settled_frac" in e.info for e in episodes)
             else {}
         ),
+        **(
+            {"move_mass": float(np.mean([e.info["move_mass"] for e in episodes]))}
+            if all("move_mass" in e.info for e in episodes)
+            else {}
+        ),
     }

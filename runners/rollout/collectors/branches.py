@@ -323,12 +323,12 @@ def collect_branches(
             )
             for i, maze in enumerate(mazes)
         ]
-        # The greedy walk still says whether the policy's own best guess solves each maze (a metric).
-        greedy_at = [
-            {cell: (int(np.argmax(p)) if p.max() >= 1.0 - p.sum() else None) for cell, p in cells.items()}
-            for cells in per_maze
-        ]
+        # What greedy decoding writes at each cell, asked of the policy: the moves evaluation plays, so the step's
+        # success metrics mean what eval's solve rate means (a move's probability at the sampling temperature does
+        # not say what greedy decoding writes). A measurement, not experience: not counted in the turns.
+        greedy_at = moves_at_cells(generator, anchors, prompts, greedy_config, len(mazes))
         togo.append([greedy_moves_to_goal(maze, greedy_at[i], config.max_moves) for i, maze in enumerate(mazes)])
+        move_mass = float(np.mean(probs.sum(axis=1))) if len(probs) else 0.0
     elapsed = time.perf_counter() - t0
     episodes = []
     settled = 0
@@ -382,6 +382,8 @@ def collect_branches(
     for e in episodes:
         e.info["branch_settled_frac"] = settled / max(1, len(anchors))
         e.info["env_turns"] = queries / len(episodes)
+        if worths:
+            e.info["move_mass"] = move_mass
     return episodes
 
 
