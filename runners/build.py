@@ -150,6 +150,7 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
         adapter=adapter,
         temperature=temperature,
         value_head=algos.get(config.algo.name).needs_value_head,
+        gradient_checkpointing=config.model.gradient_checkpointing,
     )
     if config.model.vision_grad_iterations:
         spec = models.spec_of(policy.model)
