@@ -166,3 +166,25 @@ def test_fsdp_switch_is_required_and_set_when_a_pass_may_leave_parameters_unused
     units = [Unit(has_switch=True), Unit(has_switch=True)]
     reduce_unused_gradients(units, model, ranks=2)
     assert [u.calls for u in units] == [[(True, False)], [(True, False)]]
+
+
+# ----------------------------------------------------------------------------- waking a colocated engine
+def test_engine_wake_releases_the_trainers_cached_cuda_blocks_first(monkeypatch):
+    pytest.importorskip("ray")
+    from runners.dist import ray_runner
+
+    calls = []
+    monkeypatch.setattr("gc.collect", lambda: calls.append("gc"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+
+    class Engine:
+        def wake_up(self):
+            calls.append("wake_up")
+
+    worker = ray_runner.RolloutTrainWorker.__new__(ray_runner.RolloutTrainWorker)
+    worker.generator = type("Generator", (), {"llm": Engine()})()
+    worker.config = _config("model.device=cuda")
+    worker.ray_cfg = ray_runner.RayConfig(sleep_engine_during_update=True)
+    worker._engine_wake()
+    assert calls == ["gc", "empty_cache", "wake_up"]

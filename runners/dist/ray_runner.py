@@ -398,7 +398,18 @@ class RolloutTrainWorker:
     def _engine_wake(self) -> None:
         llm = getattr(self.generator, "llm", None)
         if llm is not None and self.config.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update:
+            release_cached_cuda_memory()
             llm.wake_up()
+
+
+def release_cached_cuda_memory() -> None:
+    """Hand the CUDA blocks torch's caching allocator keeps after an update back to the driver, so a colocated
+    engine waking up can allocate its weights and KV cache again."""
+    import gc
+
+    gc.collect()  # the update's last tensors may still be held by reference cycles
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 # ------------------------------------------------------------------------------ the driver
