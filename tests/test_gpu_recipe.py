@@ -188,3 +188,44 @@ def test_engine_wake_releases_the_trainers_cached_cuda_blocks_first(monkeypatch)
     worker.ray_cfg = ray_runner.RayConfig(sleep_engine_during_update=True)
     worker._engine_wake()
     assert calls == ["gc", "empty_cache", "wake_up"]
+
+
+# ----------------------------------------------------------------------------- parity failures on the Ray runner
+def test_stale_weights_on_a_worker_reach_the_driver_as_themselves():
+    ray = pytest.importorskip("ray")
+    from runners.dist.ray_runner import _stale_weights_named
+    from runners.train.parity import StaleWeightsError
+
+    wrapped = ray.exceptions.RayTaskError("load_published", "Traceback ...", StaleWeightsError("serves version 1"))
+    with pytest.raises(StaleWeightsError, match="load_published on a worker: serves version 1") as err:
+        with _stale_weights_named("load_published"):
+            raise wrapped
+    assert not isinstance(err.value, ray.exceptions.RayTaskError)
+    other = ray.exceptions.RayTaskError("load_published", "Traceback ...", ValueError("other"))
+    with pytest.raises(ray.exceptions.RayTaskError):
+        with _stale_weights_named("load_published"):
+            raise other
+
+
+def test_sync_step_logs_the_parity_gap_above_calibration():
+    from runners.train.steps import sync_step
+
+    class Probe:
+        def check(self, generator, policy, version):
+            return {"version": version, "mean_abs": 0.3, "max_abs": 0.9, "excess": 0.1, "drift": 1.0}
+
+    class Sync:
+        def publish(self, policy, version):
+            pass
+
+        def pull(self, generator):
+            generator.adapter_version = 5
+
+    generator = type("Generator", (), {"adapter_version": 4})()
+    out = sync_step(None, generator, Sync(), 5, Probe())
+    assert out == {
+        "sync/version": 5.0,
+        "sync/parity_mean_abs": 0.3,
+        "sync/parity_excess": 0.1,
+        "sync/parity_drift": 1.0,
+    }
