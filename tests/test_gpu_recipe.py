@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -229,3 +230,34 @@ def test_sync_step_logs_the_parity_gap_above_calibration():
         "sync/parity_excess": 0.1,
         "sync/parity_drift": 1.0,
     }
+
+
+# ----------------------------------------------------------------------------- serving a play's whole history
+def _openai_request(frames: int) -> list[dict]:
+    from runners.artifacts.serve import to_openai_messages
+
+    frame = np.zeros((9, 9, 3), dtype=np.uint8)
+    content = [{"type": "image", "image": frame} for _ in range(frames)] + [{"type": "text", "text": "go"}]
+    return to_openai_messages([{"role": "user", "content": content}])
+
+
+def test_serve_accepts_every_frame_a_full_history_play_shows_and_no_more():
+    from runners.artifacts.serve import RequestError, ServedPolicy, from_openai_messages
+    from runners.config.presets import get_preset
+
+    config = get_preset("qwen3-vl-8b-lora32")  # history=full, 20 moves; VisMaze-Hard-v0 allows 30
+    served = ServedPolicy(generator=None, config=config, label="test", model_dir=Path("unused"))
+    assert served.max_images() == 31
+    assert len(from_openai_messages(_openai_request(20), served.max_images())[0]["content"]) == 21
+    assert len(from_openai_messages(_openai_request(31), served.max_images())[0]["content"]) == 32
+    with pytest.raises(RequestError, match="more than 31 images"):
+        from_openai_messages(_openai_request(32), served.max_images())
+
+
+def test_image_limit_follows_the_history_setting():
+    from runners.config.derived import max_images_per_prompt
+
+    full = _config("rollout.history=full", "rollout.max_moves=40")
+    assert max_images_per_prompt(full) == 41
+    assert max_images_per_prompt(_config("rollout.history=last_k", "rollout.history_k=3")) == 4
+    assert max_images_per_prompt(_config("rollout.history=none")) == 1
