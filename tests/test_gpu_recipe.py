@@ -135,16 +135,20 @@ class Unit:
             self.set_reduce_scatter_unused_params = lambda on, recurse: self.calls.append((on, recurse))
 
 
-def _model(vision_trains: bool = False, saved_module: bool = False) -> nn.Module:
+def _model(vision_trains: bool = False, saved_module: bool = False, critic: bool = False) -> nn.Module:
+    """Parameter names as PEFT lays them out: LoRA on the language model, a frozen base, optional extras."""
     model = nn.Module()
-    model.language_model = nn.Module()
-    model.language_model.lora_A = nn.Linear(2, 2)
+    model.q_proj = nn.Module()
+    model.q_proj.base_layer = nn.Linear(2, 2).requires_grad_(False)
+    model.q_proj.lora_A = nn.Linear(2, 2)
     model.visual = nn.Linear(2, 2)
     model.visual.requires_grad_(vision_trains)
     if saved_module:
         model.head = nn.Module()
         model.head.modules_to_save = nn.Module()
         model.head.modules_to_save.default = nn.Linear(2, 2)
+    if critic:
+        model.value_head = nn.Linear(2, 1)
     return model
 
 
@@ -158,11 +162,15 @@ def test_fsdp_start_without_the_switch_is_quiet_when_every_pass_trains_every_par
         reduce_unused_gradients(units, _model(vision_trains=True), ranks=1)
 
 
-@pytest.mark.parametrize("model", [_model(vision_trains=True), _model(saved_module=True)], ids=["vision", "saved"])
+@pytest.mark.parametrize(
+    "model",
+    [_model(vision_trains=True), _model(saved_module=True), _model(critic=True)],
+    ids=["vision", "saved", "critic"],
+)
 def test_fsdp_switch_is_required_and_set_when_a_pass_may_leave_parameters_unused(model):
     from runners.dist.fsdp import reduce_unused_gradients
 
-    with pytest.raises(RuntimeError, match="set_reduce_scatter_unused_params.*modules_to_save"):
+    with pytest.raises(RuntimeError, match="set_reduce_scatter_unused_params.*modules_to_save or a critic"):
         reduce_unused_gradients([Unit(has_switch=False)], model, ranks=2)
     units = [Unit(has_switch=True), Unit(has_switch=True)]
     reduce_unused_gradients(units, model, ranks=2)

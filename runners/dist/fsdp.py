@@ -163,13 +163,13 @@ def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> "Shard
 
 def trains_parameters_a_pass_may_skip(model: nn.Module) -> bool:
     """True when a trainable parameter can get no gradient from one rank's pass while another's gives it one:
-    the vision side trains (a text-only pass leaves it unused) or ``lora.modules_to_save`` trains a module."""
+    anything trained besides the language model's LoRA weights, which every pass uses (the vision side, which a
+    text-only pass leaves unused, ``lora.modules_to_save``, a PPO critic that a padding pass does not reach)."""
     from algos.policies.lm import VISION_MODULE_PATTERN
 
     vision = re.compile(VISION_MODULE_PATTERN)
     return any(
-        p.requires_grad and (".modules_to_save." in name or vision.fullmatch(name))
-        for name, p in model.named_parameters()
+        p.requires_grad and (".lora_" not in name or vision.fullmatch(name)) for name, p in model.named_parameters()
     )
 
 
@@ -182,7 +182,7 @@ def reduce_unused_gradients(units: list[Any], model: nn.Module, ranks: int) -> N
         if not hasattr(module, "set_reduce_scatter_unused_params"):
             raise RuntimeError(
                 f"torch {torch.__version__} has no FSDPModule.set_reduce_scatter_unused_params, which {ranks} ranks "
-                "need when the vision tower or lora.modules_to_save train (a rank without image turns leaves them "
+                "need when the vision tower, lora.modules_to_save or a critic train (a rank's pass may leave them "
                 "without gradients); use a torch that has it, train the language model's LoRA only, or run one worker"
             )
         module.set_reduce_scatter_unused_params(True, recurse=False)
