@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -865,6 +866,7 @@ def main() -> int:
             step(name)(_no_cuda)()
     check_real_model(args.model if device == "cuda" else None, device)
 
+    shutil.rmtree(work, ignore_errors=True)  # tiny models, run dirs and adapters: nothing is read after the run
     print("\n=== summary ===")
     for r in RESULTS:
         print(f"{r['status']:5s} {r['step']:18s} {r['seconds']:7.1f}s  {r['detail'].splitlines()[0][:150]}")
