@@ -68,6 +68,12 @@ class AlgorithmConfig:
     """
     micro_batch_size: int = 0
     """Turns per forward/backward inside a minibatch (gradient accumulation); 0 = minibatch."""
+    micro_batch_tokens: int = 0
+    """Cut micro-batches by padded tokens instead of rows: each holds as many consecutive turns as fit in this many
+    tokens (turns x the longest prompt + response among them; a longer turn goes alone), and at most
+    ``micro_batch_size`` turns when that is set; 0 = by rows. Bounds a micro-batch's activation memory when turn
+    lengths vary, as multi-image histories do.
+    """
     clip_eps_low: float = 0.2
     """PPO clip: the ratio is clipped below at ``1 - clip_eps_low``."""
     clip_eps_high: float = 0.2
@@ -120,6 +126,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "epochs": (1, 1000, False),
     "minibatch_size": (0, 10**9, False),
     "micro_batch_size": (0, 10**9, False),
+    "micro_batch_tokens": (0, 10**9, False),
     "negative_weight": (0.0, 1.0, False),
     "clip_eps_low": (0.0, 1.0, False),
     "clip_eps_high": (0.0, 10.0, False),
@@ -201,6 +208,20 @@ class Strategy:
         """Called after every ``optimizer.step()`` (default: nothing)."""
 
 
+def token_budget_parts(rows: torch.Tensor, lengths: Sequence[int], budget: int, max_rows: int) -> list[torch.Tensor]:
+    """``rows`` cut in order into micro-batches of at most ``budget`` padded tokens (rows x the longest of
+    ``lengths`` among them) and ``max_rows`` rows; a row longer than ``budget`` is a micro-batch of its own."""
+    parts, start, longest = [], 0, 0
+    for i, length in enumerate(lengths):
+        longest_with = max(longest, length)
+        count = i - start + 1
+        if count > 1 and (count * longest_with > budget or count > max_rows):
+            parts.append(rows[start:i])
+            start, longest_with = i, length
+        longest = longest_with
+    return parts + ([rows[start:]] if len(rows) > start else [])
+
+
 class Algorithm:
     """Base class: subclasses set ``Config`` and implement :meth:`compute_advantages`."""
 
@@ -258,8 +279,8 @@ class Algorithm:
             raise ValueError(f"negative_weight={c.negative_weight}; choose a value in [0, 1]")
         if c.old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs={c.old_logprobs!r}; choose 'recompute' or 'rollout'")
-        if c.epochs < 1 or c.minibatch_size < 0 or c.micro_batch_size < 0:
-            raise ValueError("epochs must be >= 1, minibatch_size and micro_batch_size >= 0")
+        if c.epochs < 1 or c.minibatch_size < 0 or c.micro_batch_size < 0 or c.micro_batch_tokens < 0:
+            raise ValueError("epochs must be >= 1, minibatch_size, micro_batch_size and micro_batch_tokens >= 0")
         if c.dual_clip is not None and c.dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1 (or None), got {c.dual_clip}")
         if c.turn_baseline not in ("episode", "turn_index"):
@@ -392,8 +413,20 @@ class Algorithm:
         return batch
 
     def _chunks(self, turns: list[Turn]) -> list[list[Turn]]:
-        size = self.config.micro_batch_size or self.config.minibatch_size or len(turns)
-        return [turns[int(r[0]) : int(r[-1]) + 1] for r in self.strategy.parts(torch.arange(len(turns)), size)]
+        rows = torch.arange(len(turns))
+        if self.config.micro_batch_tokens:
+            parts = self._micro_batches(turns, rows)
+        else:
+            parts = self.strategy.parts(rows, self.config.micro_batch_size or self.config.minibatch_size or len(turns))
+        return [turns[int(r[0]) : int(r[-1]) + 1] for r in parts]
+
+    def _micro_batches(self, turns: list[Turn], rows: torch.Tensor) -> list[torch.Tensor]:
+        """How ``rows`` of ``turns`` are cut for gradient accumulation: by padded tokens or by rows."""
+        c = self.config
+        if not c.micro_batch_tokens:
+            return self.strategy.parts(rows, c.micro_batch_size or len(rows))
+        lengths = [len(turns[i].prompt_ids) + len(turns[i].response_ids) for i in rows.tolist()]
+        return token_budget_parts(rows, lengths, c.micro_batch_tokens, c.micro_batch_size or len(rows))
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         """One training step on a batch of episodes; returns metrics (see module docstring)."""
@@ -516,7 +549,7 @@ class Algorithm:
             loss.backward()
             return loss.item(), m
 
-        parts = self.strategy.parts(rows, c.micro_batch_size or len(rows))
+        parts = self._micro_batches(turns, rows)
         total_loss = 0.0
         for sub, (loss, m) in zip(parts, self.strategy.map_parts(self, backward, parts)):
             total_loss += loss

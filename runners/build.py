@@ -28,7 +28,7 @@ from runners.train.calibration import calibrate
 from runners.train.run_info import record_invocation
 from runners.train.run_lock import run_dir_lock
 from runners.config import TrainConfig, to_dict, validate
-from runners.config.derived import rollout_config
+from runners.config.derived import max_images_per_prompt, rollout_config
 from runners.train import sft as sftmod
 from runners.train.checkpoint import CheckpointManager, checkpoint_files
 from runners.train.metrics import MetricsLogger
@@ -124,6 +124,7 @@ def build_generator(
             dtype=config.model.dtype,
             max_lora_rank=config.lora.rank,
             gpu_memory_utilization=config.runner.vllm_gpu_memory_utilization,
+            max_images_per_prompt=max_images_per_prompt(config),
             **({"enable_sleep_mode": True} if sleep_mode else {}),
         )
     else:
@@ -150,6 +151,7 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
         adapter=adapter,
         temperature=temperature,
         value_head=algos.get(config.algo.name).needs_value_head,
+        gradient_checkpointing=config.model.gradient_checkpointing,
     )
     if config.model.vision_grad_iterations:
         spec = models.spec_of(policy.model)

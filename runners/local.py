@@ -70,6 +70,8 @@ def _train(
             f"[resume] nothing resumed (checkpoint.resume={config.checkpoint.resume}): RL starts at step 0, "
             f"checkpoints go to {manager.root}"
         )
+    if probe is not None:  # both sides hold the same weights now: their gap is the engine's, not staleness
+        log(f"[parity] calibrated sampler/trainer gap {probe.calibrate(generator, policy)['baseline']:.3g}")
     executor = LocalExecutor(
         config, model_dir, generator, policy, algorithm, probe, AdapterSync(sync_dir, keep=2), manager
     )

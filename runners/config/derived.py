@@ -48,6 +48,21 @@ def eval_maze_count(config: TrainConfig, set_name: str) -> int:
     return min(count, config.eval.set_mazes.get(set_name, count))
 
 
+def max_images_per_prompt(config: TrainConfig) -> int:
+    """The most images one prompt of the run shows: one frame per move of its longest play (the training rollouts'
+    or an evaluated set's move limit) plus the current one with ``history=full``, the last ``history_k`` and the
+    current one with ``last_k``, the current one alone otherwise (at least 1)."""
+    from mazegym.evalsets import EVAL_SETS
+
+    sets = [config.maze.eval_set, *config.maze.heldout_sets]
+    moves = max([config.rollout.max_moves, *(EVAL_SETS[name].max_moves for name in sets if name in EVAL_SETS)])
+    if config.rollout.history == "full":
+        return moves + 1
+    if config.rollout.history == "last_k":
+        return min(moves, config.rollout.history_k) + 1
+    return 1
+
+
 def vision_batch_size(config: TrainConfig) -> int:
     """Cells per vision pretraining batch: ``sft.vision_batch_size``, or ``sft.batch_size`` when that is 0."""
     return config.sft.vision_batch_size or config.sft.batch_size

@@ -75,6 +75,11 @@ class ModelConfig:
     """Weights dtype for training and HF generation: float32, bfloat16 or float16."""
     device: str = "cpu"
     """Torch device of the local runner ("cpu" or "cuda")."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (the trainer's
+    policy, set before FSDP shards it): far less activation memory for a slower update. Long multi-image histories
+    on an 8B model need it; pair it with algo.micro_batch_tokens to bound each micro-batch's size.
+    """
 
 
 @dataclass

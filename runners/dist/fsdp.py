@@ -153,18 +153,39 @@ def shard_policy(policy: Any, mesh: Any = None, mp_policy: Any = None) -> "Shard
     for layer in decoder_layers(policy.model):
         fully_shard(layer, **kwargs)
     fully_shard(policy.model, **kwargs)
-    for module in fsdp_modules(policy.model):
+    units = fsdp_modules(policy.model)
+    for module in units:
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no AVG / PREMUL_SUM
-        if hasattr(module, "set_reduce_scatter_unused_params"):
-            module.set_reduce_scatter_unused_params(True, recurse=False)
-        elif mesh.size() > 1:  # one rank cannot disagree with itself on which parameters got gradients
-            raise RuntimeError(
-                f"torch {torch.__version__} has no FSDPModule.set_reduce_scatter_unused_params, which "
-                "several ranks need (a rank without image turns leaves the vision tower without "
-                "gradients); use the pinned torch (pyproject.toml) or run one worker"
-            )
+    reduce_unused_gradients(units, policy.model, mesh.size())
     return ShardedLoRALMPolicy(policy, mesh, replicated)
+
+
+def trains_parameters_a_pass_may_skip(model: nn.Module) -> bool:
+    """True when a trainable parameter can get no gradient from one rank's pass while another's gives it one:
+    anything trained besides the language model's LoRA weights, which every pass uses (the vision side, which a
+    text-only pass leaves unused, ``lora.modules_to_save``, a PPO critic that a padding pass does not reach)."""
+    from algos.policies.lm import VISION_MODULE_PATTERN
+
+    vision = re.compile(VISION_MODULE_PATTERN)
+    return any(
+        p.requires_grad and (".lora_" not in name or vision.fullmatch(name)) for name, p in model.named_parameters()
+    )
+
+
+def reduce_unused_gradients(units: list[Any], model: nn.Module, ranks: int) -> None:
+    """Make the FSDP ``units`` reduce-scatter zeros for parameters a pass left unused, where that matters: several
+    ``ranks`` and :func:`trains_parameters_a_pass_may_skip`. A torch without the switch is refused only then."""
+    if ranks < 2 or not trains_parameters_a_pass_may_skip(model):
+        return  # every pass gives every trainable parameter a gradient: the ranks' reduce-scatters agree
+    for module in units:
+        if not hasattr(module, "set_reduce_scatter_unused_params"):
+            raise RuntimeError(
+                f"torch {torch.__version__} has no FSDPModule.set_reduce_scatter_unused_params, which {ranks} ranks "
+                "need when the vision tower, lora.modules_to_save or a critic train (a rank's pass may leave them "
+                "without gradients); use a torch that has it, train the language model's LoRA only, or run one worker"
+            )
+        module.set_reduce_scatter_unused_params(True, recurse=False)
 
 
 class ShardedLoRALMPolicy(LoRALMPolicy):

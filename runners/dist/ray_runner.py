@@ -53,8 +53,15 @@ from runners.rollout.evaluate import eval_summary
 from runners.train.checkpoint import CheckpointManager, load_checkpoint, read_state, save_checkpoint
 from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
 from runners.train.run_lock import run_dir_lock
-from runners.train.parity import trainer_logprobs
-from runners.train.steps import eval_episodes, play_step_mazes, set_threads, update_step, vision_placeholder_ids
+from runners.train.parity import StaleWeightsError, trainer_logprobs
+from runners.train.steps import (
+    eval_episodes,
+    parity_metrics,
+    play_step_mazes,
+    set_threads,
+    update_step,
+    vision_placeholder_ids,
+)
 from runners.train.sync import AdapterSync
 
 
@@ -292,6 +299,10 @@ class RolloutTrainWorker:
             state = load_checkpoint(Path(self.resume_from), self.policy, self.algorithm, build.build_stream(c))
             fsdp.shard_optimizer_state(self.algorithm.optimizer)
             self.generator.load_adapter(str(Path(self.resume_from) / "adapter"), int(state["step"]))
+        if self.probe is not None:  # a collective forward: every rank calibrates, on the same weights as its engine
+            p = self.probe
+            trained = trainer_logprobs(self.policy, p.prompt_ids, p.response_ids, p.images)
+            p.calibrate(self.generator, trainer_fn=lambda *_: trained)
         return {
             "rank": self.rank,
             "pid": os.getpid(),
@@ -344,9 +355,10 @@ class RolloutTrainWorker:
             p = self.probe
             trained = trainer_logprobs(self.policy, p.prompt_ids, p.response_ids, p.images)
             base = trainer_logprobs(self.policy, p.prompt_ids, p.response_ids, p.images, reference=True)
-            out["sync/parity_mean_abs"] = p.check(
+            result = p.check(
                 self.generator, version=version, trainer_fn=lambda *_: trained, reference_fn=lambda *_: base
-            )["mean_abs"]
+            )
+            out.update(parity_metrics(result))
         out["sync/version"] = float(self.generator.adapter_version)
         return out
 
@@ -398,7 +410,18 @@ class RolloutTrainWorker:
     def _engine_wake(self) -> None:
         llm = getattr(self.generator, "llm", None)
         if llm is not None and self.config.model.device.startswith("cuda") and self.ray_cfg.sleep_engine_during_update:
+            release_cached_cuda_memory()
             llm.wake_up()
+
+
+def release_cached_cuda_memory() -> None:
+    """Hand the CUDA blocks torch's caching allocator keeps after an update back to the driver, so a colocated
+    engine waking up can allocate its weights and KV cache again."""
+    import gc
+
+    gc.collect()  # the update's last tensors may still be held by reference cycles
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 # ------------------------------------------------------------------------------ the driver
@@ -610,10 +633,11 @@ class RayExecutor:
     def sync(self, step: int, check_parity: bool) -> dict[str, float]:
         """Rank 0 publishes version ``step``; every engine loads it; slowest load and worst parity reported."""
         pub = self.group.call("publish", self.sync_dir, step)[0]
-        loads = self.group.call("load_published", self.sync_dir, step, check_parity)
+        with _stale_weights_named("load_published"):
+            loads = self.group.call("load_published", self.sync_dir, step, check_parity)
         out = {"sync/version": loads[0]["sync/version"], **pub, "sync/load_s": max(x["sync/load_s"] for x in loads)}
         if check_parity:
-            out["sync/parity_mean_abs"] = max(x["sync/parity_mean_abs"] for x in loads)
+            out.update({key: max(x[key] for x in loads) for key in loads[0] if key.startswith("sync/parity_")})
         return out
 
     def evaluate(self, set_name: str) -> dict[str, Any]:
@@ -670,6 +694,18 @@ def _get_all(group: WorkerGroup, refs: list, what: str) -> list:
         with _worker_failures(group, what):
             ray.get(ready[0])
     return ray.get(refs)
+
+
+@contextlib.contextmanager
+def _stale_weights_named(what: str) -> Iterator[None]:
+    """A worker's :class:`StaleWeightsError` reaches the driver as itself, with the worker's report, rather than
+    wrapped in a ``RayTaskError``: the run stops on it (no restart would help) and says why."""
+    try:
+        yield
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, StaleWeightsError):
+            raise StaleWeightsError(f"{what} on a worker: {exc.cause}") from None
+        raise
 
 
 @contextlib.contextmanager

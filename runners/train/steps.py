@@ -127,9 +127,13 @@ def sync_step(policy: Any, generator: Any, sync: Any, version: int, probe: Any =
     sync.pull(generator)
     out = {"sync/version": float(generator.adapter_version)}
     if probe is not None:
-        result = probe.check(generator, policy, version)
-        out["sync/parity_mean_abs"] = result["mean_abs"]
+        out.update(parity_metrics(probe.check(generator, policy, version)))
     return out
+
+
+def parity_metrics(result: dict) -> dict[str, float]:
+    """The metrics of one parity check (:meth:`runners.train.parity.ParityProbe.check`'s result)."""
+    return {f"sync/parity_{key}": float(result[key]) for key in ("mean_abs", "excess", "drift")}
 
 
 def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) -> dict[str, Any]:

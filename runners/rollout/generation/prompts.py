@@ -8,7 +8,9 @@ tokenisation if a tokenizer ever breaks the rule. Each turn, only the new user m
 the last reply are tokenised; the system prompt and history come from the memo.
 
 Image placeholders (one ``<|image_pad|>`` per image in the rendered text) are expanded to the
-number of vision tokens each image needs, as Qwen2-VL style processors do.
+number of vision tokens each image needs, as Qwen2-VL style processors do: the trainer scores
+those ids. vLLM expands a token prompt's placeholders itself, so what goes to it is
+:func:`one_placeholder_per_image` of them.
 """
 
 from __future__ import annotations
@@ -88,6 +90,21 @@ def images_in(messages: list[dict]) -> list[Any]:
         if isinstance(content, list):
             found += [part["image"] for part in content if isinstance(part, dict) and part.get("type") == "image"]
     return found
+
+
+def one_placeholder_per_image(ids: list[int], image_token_id: int, image_count: int) -> list[int]:
+    """``ids`` with each run of image placeholder tokens cut to one token: the prompt an engine that expands
+    placeholders itself (vLLM) expects."""
+    out: list[int] = []
+    runs = 0
+    for i, token in enumerate(ids):
+        if token == image_token_id and i > 0 and ids[i - 1] == image_token_id:
+            continue
+        runs += token == image_token_id
+        out.append(token)
+    if runs != image_count:
+        raise ValueError(f"prompt has {runs} runs of image placeholders but {image_count} images")
+    return out
 
 
 class ChatEncoder:

