@@ -58,7 +58,10 @@ class _Generator:
 
 
 def _policy() -> serve.ServedPolicy:
-    config = SimpleNamespace(rollout=SimpleNamespace(max_new_tokens=8))
+    config = SimpleNamespace(
+        rollout=SimpleNamespace(max_new_tokens=8, max_moves=20, history="full", history_k=0),
+        maze=SimpleNamespace(eval_set="VisMaze-v0", heldout_sets=[]),
+    )
     return serve.ServedPolicy(generator=_Generator(), config=config, label="stub", model_dir=Path("."))
 
 
