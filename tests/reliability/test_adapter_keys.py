@@ -136,3 +136,31 @@ def test_an_adapter_whose_config_was_edited_to_match_removed_tensors_is_refused_
     (louder / "adapter_config.json").write_text(json.dumps({**config, "lora_alpha": 80}))
     with pytest.raises(ValueError, match="alpha 80, but the run trains rank 4 and alpha 8"):
         check_adapter(model_path, louder, lora=run_lora)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("target_modules", "(.*.*.*)*X"),
+        ("target_modules", ["q_proj", "(a+)+$"]),
+        ("exclude_modules", "(.*a){25}"),
+        ("modules_to_save", ["lm_head", 3]),
+    ],
+)
+def test_an_adapter_config_with_a_module_pattern_is_refused_before_peft_runs_it(
+    model_path, adapters, tmp_path, key, value
+):
+    """PEFT matches a string there as a regular expression against every module: a hostile one hangs eval and serve."""
+    import json
+    import time
+
+    from runners.rollout.generation.adapters import check_adapter
+
+    hostile = shutil.copytree(adapters["good"], tmp_path / "hostile")
+    config = json.loads((hostile / "adapter_config.json").read_text())
+    (hostile / "adapter_config.json").write_text(json.dumps({**config, key: value}))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=f"{key}=.* is not a list of module names"):
+        check_adapter("unused: refused before the model is read", hostile)
+    assert time.perf_counter() - start < 5
+    check_adapter(model_path, adapters["good"])  # what mazegym writes passes

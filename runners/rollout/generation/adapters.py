@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
 from algos.lora import LoRAConfig
 from algos.models import load_config, model_class
-from algos.policies.lm import check_adapter_keys
+from algos.policies.lm import VISION_MODULE_PATTERN, check_adapter_keys
+
+MODULE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+"""A module name (or name suffix) as PEFT matches it literally."""
+PATTERN_KEYS = {"target_modules": ("all-linear",), "exclude_modules": (VISION_MODULE_PATTERN,), "modules_to_save": ()}
+"""Fields of an adapter config that PEFT runs as regular expressions when they are strings, and the strings mazegym
+itself writes there."""
 
 
 @lru_cache(maxsize=8)
@@ -43,7 +50,23 @@ def _adapter_config(adapter_dir: str | Path) -> dict:
         raise ValueError(f"{path} is unreadable ({type(exc).__name__}): not a PEFT adapter config") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{path} holds a {type(saved).__name__}, not a PEFT adapter config")
+    check_module_patterns(saved, path)
     return saved
+
+
+def check_module_patterns(saved: dict, path: Path) -> None:
+    """``ValueError`` when a module field of an adapter config is a pattern mazegym never writes: PEFT matches a string
+    there as a regular expression against every module name, and a hostile one can run for hours."""
+    for key, own in PATTERN_KEYS.items():
+        value = saved.get(key)
+        if value is None or (isinstance(value, str) and value in own):
+            continue
+        names = value if isinstance(value, list) else [value]
+        if isinstance(value, str) or not all(isinstance(n, str) and MODULE_NAME.fullmatch(n) for n in names):
+            raise ValueError(
+                f"{path}: {key}={str(value)[:80]!r} is not a list of module names; mazegym adapters name their "
+                "modules, and a pattern here would be run against every module of the model"
+            )
 
 
 def expected_adapter_keys(model_path: str | Path, adapter_dir: str | Path) -> frozenset[str]:
