@@ -410,8 +410,9 @@ def refuse_changed_recipe(config: TrainConfig, checkpoint: Path) -> None:
 
 
 def refuse_other_sft(config: TrainConfig, checkpoint: Path) -> None:
-    """Raise ConfigError when checkpoint ``checkpoint`` was trained on another SFT result than the run dir holds
-    now (replaced, or missing); checkpoints that recorded none, and ``sft.checkpoint`` starts, are not checked."""
+    """Raise ConfigError when checkpoint ``checkpoint`` was trained on another SFT result than the run starts from
+    now (the run dir's, replaced or missing, or another ``sft.checkpoint``); checkpoints that recorded none are not
+    checked."""
     import json
 
     from runners.config import ConfigError
@@ -420,9 +421,15 @@ def refuse_other_sft(config: TrainConfig, checkpoint: Path) -> None:
         trained_on = json.loads((Path(checkpoint) / "state.json").read_text()).get("sft_fingerprint")
     except (OSError, ValueError, RecursionError, AttributeError):
         return  # the checkpoint's own validity checks report a broken state.json
-    if not isinstance(trained_on, str) or config.sft.checkpoint or config.sft.enabled == "never":
+    if not isinstance(trained_on, str) or config.sft.enabled == "never":
         return
-    now = sftmod.recorded_fingerprint(config)
+    now = sftmod.start_fingerprint(config)
+    if config.sft.checkpoint and now != trained_on:
+        raise ConfigError(
+            f"{checkpoint} was trained from another SFT model than sft.checkpoint={config.sft.checkpoint!r} holds "
+            f"(fingerprint {trained_on[:12]}, now {str(now)[:12]}): its adapter means nothing on that model. Resume "
+            "with the sft.checkpoint it started from, or start a new run"
+        )
     if now is None:
         raise ConfigError(
             f"{checkpoint} was trained on the SFT result in {sftmod.sft_dir(config)}, which is missing or unfinished; "

@@ -47,7 +47,7 @@ import algos
 from mazegym.evalsets import MazeStream
 from runners.atomic import replace_dir, temp_dir_beside, write_text
 from runners.config import TrainConfig, to_dict
-from runners.train.sft import recorded_fingerprint
+from runners.train.sft import start_fingerprint
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
@@ -473,7 +473,7 @@ def save_checkpoint(
             "step": step,
             "stream": stream_state,
             "config": to_dict(config),
-            "sft_fingerprint": recorded_fingerprint(config),  # the SFT result these weights were trained on
+            "sft_fingerprint": start_fingerprint(config),  # the SFT result these weights were trained on
             **extra,
         }
         (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))

@@ -15,6 +15,8 @@ how good the SFT start is; the CPU preset picks it so the start is clearly imper
 
 from __future__ import annotations
 
+import functools
+
 import contextlib
 import json
 import random
@@ -296,6 +298,27 @@ def result_fingerprint(directory: Path, skip: Sequence[str] = ()) -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=8)
+def _fingerprint_of(directory: str, stamp: tuple) -> str:
+    return result_fingerprint(Path(directory))
+
+
+def current_fingerprint(directory: Path) -> str:
+    """:func:`result_fingerprint` of ``directory``, hashed once per process while no file's size or time changes."""
+    files = sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.is_symlink())
+    stamp = tuple((p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _fingerprint_of(str(Path(directory).resolve()), stamp)
+
+
+def start_fingerprint(config: TrainConfig) -> str | None:
+    """The fingerprint of the SFT result RL starts from: the one the run's own SFT stage recorded, or the hash of
+    the ``sft.checkpoint`` it names (None: no SFT result)."""
+    if config.sft.checkpoint:
+        path = Path(config.sft.checkpoint).expanduser()
+        return current_fingerprint(path) if path.is_dir() else None
+    return recorded_fingerprint(config)
+
+
 def recorded_fingerprint(config: TrainConfig) -> str | None:
     """The fingerprint the run's own SFT stage recorded for its result (None: no finished SFT stage here, or
     ``sft.checkpoint`` names an SFT result elsewhere)."""
@@ -317,7 +340,15 @@ def find_sft_checkpoint(config: TrainConfig) -> Path | None:
             raise ConfigError(f"sft.checkpoint={config.sft.checkpoint!r} does not exist")
         return path
     out = sft_dir(config) / ("model" if config.sft.mode == "full" else "adapter")
-    return out if (sft_dir(config) / "DONE").is_file() and out.exists() else None
+    if not ((sft_dir(config) / "DONE").is_file() and out.exists()):
+        return None
+    recorded = recorded_fingerprint(config)
+    if recorded is not None and current_fingerprint(out) != recorded:
+        raise ValueError(
+            f"{out} is not what the SFT stage wrote (its files hash to another fingerprint than sft_info.json "
+            "records): it was replaced or damaged. Rerun the SFT stage (sft.enabled=always) or restore it"
+        )
+    return out
 
 
 def run_sft(

@@ -103,3 +103,31 @@ def test_a_checkpoint_whose_sft_result_is_missing_is_refused(sft_run, tmp_path, 
     (run / "sft" / "DONE").unlink()  # e.g. an SFT stage that died before its end, under the old layout
     assert main(["eval", "--run-dir", str(run)]) == 2
     assert "missing or unfinished" in capsys.readouterr().err
+
+
+def test_an_sft_model_replaced_after_the_stage_is_refused(sft_run, tmp_path, capsys):
+    """The SFT result is re-hashed when used, not trusted by the fingerprint it recorded."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(sft_run, run)
+    weights = run / "sft" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")  # e.g. the base model's weights copied over it
+    with pytest.raises(ValueError, match="is not what the SFT stage wrote"):
+        sftmod.find_sft_checkpoint(_config(run))
+    assert main(["eval", "--run-dir", str(run)]) == 2
+    assert "is not what the SFT stage wrote" in capsys.readouterr().err
+
+
+def test_resuming_on_another_sft_checkpoint_is_refused(sft_run, tmp_path):
+    import shutil
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    shutil.copytree(sft_run / "sft" / "model", tmp_path / "start")
+    shutil.copytree(sft_run / "sft" / "model", other)
+    (other / "config.json").write_text((other / "config.json").read_text() + " ")  # any other model
+    start = _config(run, f"sft.checkpoint={tmp_path / 'start'}")
+    ckpt = _checkpoint(run, sftmod.start_fingerprint(start))
+    build.refuse_other_sft(start, ckpt)  # the model it started from: accepted
+    with pytest.raises(ConfigError, match="trained from another SFT model than sft.checkpoint"):
+        build.refuse_other_sft(_config(run, f"sft.checkpoint={other}"), ckpt)
