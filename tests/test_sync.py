@@ -110,3 +110,22 @@ def test_sync_changes_what_the_generator_samples_and_stamps_versions(tmp_path, m
     assert {e.weights_version for e in episodes} == {2}
     second = gen.generate([prompt], greedy)[0]
     assert second.response_ids != after.response_ids
+
+
+def test_a_full_disk_inside_safetensors_is_a_sync_error_and_keeps_the_published_version(tmp_path, policy):
+    from safetensors import SafetensorError
+
+    from runners.train.sync import AdapterSyncError
+
+    class FullDisk:
+        def save_adapter(self, directory):
+            raise SafetensorError(
+                "Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+                'message: "No space left on device" })'
+            )
+
+    sync = AdapterSync(tmp_path)
+    sync.publish(policy, 1)
+    with pytest.raises(AdapterSyncError, match="No space left on device.*version 1 stays published"):
+        sync.publish(FullDisk(), 2)
+    assert sync.latest()[0] == 1 and sync.versions() == [1]

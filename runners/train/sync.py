@@ -46,6 +46,14 @@ def version_dir_name(version: int) -> str:
     return f"v{int(version):06d}"
 
 
+def storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the storage failed (full, read-only, gone): an ``OSError`` with an errno, or safetensors'
+    own error wrapping one (it reports a full disk as ``SafetensorError: ... IoError(Os { code: 28, ... })``)."""
+    if isinstance(exc, OSError):
+        return exc.errno is not None
+    return type(exc).__name__ == "SafetensorError" and "IoError" in str(exc)
+
+
 def write_adapter(source: Any, directory: Path) -> None:
     """Write ``source`` as a PEFT adapter into ``directory``.
 
@@ -102,13 +110,13 @@ class AdapterSync:
             # A directory already at ``final`` is left over from a crash after its rename but before LATEST: replaced.
             commit_dir(final, lambda tmp: write_adapter(source, tmp), version)
             self._write_latest(version)
-        except OSError as exc:
-            if exc.errno is None:  # not a storage error (e.g. a source that is no adapter directory)
+        except Exception as exc:
+            if not storage_error(exc):  # e.g. a source that is no adapter directory
                 raise
             kept = f"version {current[0]} stays published" if current else "nothing is published yet"
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:200]
             raise AdapterSyncError(
-                f"cannot publish adapter version {version} to {self.sync_dir}: "
-                f"{exc.strerror or exc} ({type(exc).__name__}); {kept}"
+                f"cannot publish adapter version {version} to {self.sync_dir}: {reason} ({type(exc).__name__}); {kept}"
             ) from exc
         self._prune()
         self.last_publish_ms = (time.perf_counter() - t0) * 1e3
