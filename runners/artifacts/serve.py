@@ -595,17 +595,39 @@ def serve(
 
 
 # --------------------------------------------------------------------------- the client
+MAX_REPLY_BYTES = 8 << 20
+"""The largest answer the client reads from a server (a chat reply is a few KB; the settings a few hundred bytes)."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are errors: the client talks to the server it was given, not to wherever that one points."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 -- urllib's hook
+        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl[:100]} refused", headers, fp)
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _read_bounded(response: Any) -> bytes:
+    """At most :data:`MAX_REPLY_BYTES` of ``response``; ``RuntimeError`` when it holds more."""
+    body = response.read(MAX_REPLY_BYTES + 1)
+    if len(body) > MAX_REPLY_BYTES:
+        raise RuntimeError(f"the server's answer is larger than {MAX_REPLY_BYTES} bytes: not a mazegym reply")
+    return body
+
+
 def _request(url: str, payload: dict | None = None, timeout: float = 120.0) -> dict:
     """GET (no payload) or POST JSON; the decoded JSON answer. ``RuntimeError`` with the server's message on an
-    HTTP error, ``ConnectionError`` when nothing answers."""
+    HTTP error, a redirect or an oversized answer, ``ConnectionError`` when nothing answers."""
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
+        with _OPENER.open(request, timeout=timeout) as response:
+            return json.loads(_read_bounded(response))
     except urllib.error.HTTPError as exc:
         try:
-            message = json.loads(exc.read())["error"]["message"]
+            message = json.loads(_read_bounded(exc))["error"]["message"]
         except Exception:  # noqa: BLE001
             message = exc.reason
         raise RuntimeError(f"{url} answered {exc.code}: {message}") from None

@@ -244,3 +244,57 @@ def test_a_body_that_never_finishes_is_refused_in_time(monkeypatch):
         sock.close()
         assert answer.startswith(b"HTTP/1.1 408") and b"took over 1 s" in answer
         _still_serves(port)
+
+
+@contextlib.contextmanager
+def _hostile_http(handler_body):
+    """A plain HTTP server on a free loopback port whose every GET is answered by ``handler_body(handler)``."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- http.server's hook name
+            handler_body(self)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_client_follows_no_redirect_and_reads_no_unbounded_answer():
+    """`play-remote` talks to the server it was given, and a hostile one cannot fill the client's memory."""
+    followed = []
+
+    def redirect(h):
+        if h.path == "/elsewhere":
+            followed.append(h.path)
+        h.send_response(302)
+        h.send_header("Location", "/elsewhere")
+        h.end_headers()
+
+    with _hostile_http(redirect) as url:
+        with pytest.raises(RuntimeError, match="redirect to .* refused"):
+            serve._request(url + "/v1/mazegym/settings")
+    assert followed == []
+
+    def flood(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        chunk = b" " * (1 << 20)
+        try:
+            for _ in range(serve.MAX_REPLY_BYTES // len(chunk) + 4):
+                h.wfile.write(chunk)
+        except OSError:  # the client stopped reading
+            pass
+
+    with _hostile_http(flood) as url:
+        with pytest.raises(RuntimeError, match="larger than"):
+            serve._request(url + "/v1/mazegym/settings")
