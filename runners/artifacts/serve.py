@@ -35,6 +35,7 @@ import base64
 import contextlib
 import io
 import json
+import shlex
 import math
 import queue
 import socket
@@ -786,7 +787,7 @@ def serving_markdown(
         "## Over HTTP: `mazegym serve`",
         "",
         "```bash",
-        f"mazegym serve {run_dir} --port {DEFAULT_PORT}   # loopback only; Ctrl-C stops",
+        f"mazegym serve {shlex.quote(str(run_dir))} --port {DEFAULT_PORT}   # loopback only; Ctrl-C stops",
         f"mazegym play-remote {EXAMPLE_URL}   # plays the run's fixed eval set against it, prints the eval table",
         "```",
         "",
@@ -864,7 +865,7 @@ def serving_markdown(
         "import algos.models  # registers mazegym's models with the transformers Auto classes",
         "from peft import AutoPeftModelForCausalLM",
         "",
-        f'model = AutoPeftModelForCausalLM.from_pretrained("{adapter}")',
+        f"model = AutoPeftModelForCausalLM.from_pretrained({str(adapter)!r})",
         "print(type(model.base_model.model).__name__)",
         "```",
         "",
@@ -877,7 +878,7 @@ def serving_markdown(
             "import algos.models",
             f"from transformers import {auto}",
             "",
-            f'model = {auto}.from_pretrained("{merged}")',
+            f"model = {auto}.from_pretrained({str(merged)!r})",
             "print(type(model).__name__)",
             "```",
             "",
@@ -890,8 +891,8 @@ def serving_markdown(
         "from runners.rollout.collect import RolloutConfig, evaluate_mazes",
         "from runners.rollout.generation.hf import HFGenerator",
         "",
-        f'generator = HFGenerator("{base_model}")',
-        f'generator.load_adapter("{adapter}", 1)',
+        f"generator = HFGenerator({str(base_model)!r})",
+        f"generator.load_adapter({str(adapter)!r}, 1)",
         f"rollout = RolloutConfig(**{_settings_literal(rollout)})",
         f'episodes = evaluate_mazes(generator, load_eval_set("{eval_set}")[:4], rollout)',
         "print([(e.success, [t.text for t in e.turns][:3]) for e in episodes])",
@@ -903,15 +904,15 @@ def serving_markdown(
             "## vLLM's OpenAI-compatible server",
             "",
             "```bash",
-            f"vllm serve {base_model} --enable-lora --max-lora-rank {rank} \\",
-            f"    --lora-modules mazegym={adapter}",
+            f"vllm serve {shlex.quote(str(base_model))} --enable-lora --max-lora-rank {rank} \\",
+            f"    --lora-modules {shlex.quote(f'mazegym={adapter}')}",
             "```",
             "",
             "then send the same chat requests (model `mazegym`) as above.",
             "",
         ]
         if merged is not None:
-            lines += ["The merged model alone:", "", "```bash", f"vllm serve {merged}", "```", ""]
+            lines += ["The merged model alone:", "", "```bash", f"vllm serve {shlex.quote(str(merged))}", "```", ""]
     return "\n".join(lines)
 
 

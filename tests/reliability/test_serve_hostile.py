@@ -298,3 +298,25 @@ def test_the_client_follows_no_redirect_and_reads_no_unbounded_answer():
     with _hostile_http(flood) as url:
         with pytest.raises(RuntimeError, match="larger than"):
             serve._request(url + "/v1/mazegym/settings")
+
+
+def test_serving_md_quotes_paths_in_its_shell_and_python_snippets(tmp_path):
+    """A path with `$(...)`, quotes or spaces is one argument and one string literal, never code."""
+    import ast
+    import re
+    import shlex
+
+    root = tmp_path / 'it\'s a $(touch pwned) "dir"'
+    rollout = {"obs_mode": "text", "history": "none", "max_new_tokens": 8, "max_moves": 16}
+    paths = dict(adapter=root / "adapter", base_model=root / "base", merged=root / "merged")
+    text = serve.serving_markdown(
+        run_dir=root, rank=16, model_type="qwen2", rollout=rollout, eval_set="heldout-7x7", **paths
+    )
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        strings = {n.value for n in ast.walk(ast.parse(block)) if isinstance(n, ast.Constant)}
+        mentioned = [str(p) for p in paths.values() if str(p) in block or repr(str(p)) in block]
+        assert all(p in strings for p in mentioned)
+    shell = [line for block in re.findall(r"```bash\n(.*?)```", text, re.S) for line in block.splitlines()]
+    words = [w for line in shell for w in shlex.split(line.split("   #")[0].rstrip(" \\"))]
+    assert str(root) in words and str(paths["base_model"]) in words and str(paths["merged"]) in words
+    assert f"mazegym={paths['adapter']}" in words
