@@ -307,7 +307,7 @@ class MazeSpec:
     """Goal cell ``(row, col)``."""
 
     def __post_init__(self) -> None:
-        grid = np.ascontiguousarray(self.grid, dtype=np.bool_)
+        grid = np.ascontiguousarray(_wall_grid(self.grid))  # 0.4, NaN, 2 or -1 are no wall
         grid.flags.writeable = False
         object.__setattr__(self, "grid", grid)
         object.__setattr__(self, "start", (int(self.start[0]), int(self.start[1])))

@@ -31,6 +31,19 @@ def test_grid_cells_other_than_walls_and_floors_are_refused(cell):
     assert env.reset(options={"maze": ok})[1]["maze_id"] == spec.maze_id
 
 
+@pytest.mark.parametrize("cell", [0.4, float("nan"), 2, -1])
+def test_a_maze_spec_built_directly_refuses_them_too(cell):
+    """The env and the race take MazeSpec objects as well as dicts: the same cells are refused either way."""
+    from mazegym.maze import MazeSpec
+
+    env, spec = _spec()
+    grid = spec.grid.astype(float)
+    grid[0, 0] = cell
+    with pytest.raises(ValueError, match="booleans or the integers 0"):
+        MazeSpec(grid=grid, start=spec.start, goal=spec.goal)
+    assert MazeSpec(grid=spec.grid.astype(int), start=spec.start, goal=spec.goal).maze_id == spec.maze_id
+
+
 @pytest.mark.parametrize("options", [[1, 2], "maze", 3])
 def test_options_must_be_a_dict(options):
     env, _ = _spec()
