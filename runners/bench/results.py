@@ -95,7 +95,9 @@ def track_stats(track: Track, runs: dict[str, list[dict[str, Any]]], unsupported
     algos: dict[str, Any] = {}
     finals = {a: np.array([r["after"] for r in rs if finished(r)]) for a, rs in runs.items()}
     steps = sorted({p[0] for rs in runs.values() for r in rs if finished(r) for p in r["curve"]})
-    turn_grid = list(np.linspace(0, track.env_turns, TURN_GRID + 1))
+    # to the last evaluation: a run ends on the step that reaches the budget, so it can pass it by part of a step
+    last = max([track.env_turns] + [p[1] for rs in runs.values() for r in rs if finished(r) for p in r["curve"]])
+    turn_grid = list(np.linspace(0, last, TURN_GRID + 1))
     thresholds = list(np.linspace(0, 1, 51))
     for algo, rs in runs.items():
         done = [r for r in rs if finished(r)]
