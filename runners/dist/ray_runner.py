@@ -566,7 +566,7 @@ def _start_group(
     if resume_from is not None:
         resumed = loop_state_from(read_state(resume_from))
         state.step, state.before, state.history = resumed.step, resumed.before, resumed.history
-        state.record, state.stream = resumed.record, resumed.stream
+        state.record, state.stream, state.env_turns = resumed.record, resumed.stream, resumed.env_turns
         log(f"[resume] from {resume_from} at RL step {state.step} on {ray_cfg.num_workers} workers")
     else:
         state.step, state.stream, state.record = 0, None, None
