@@ -18,7 +18,7 @@ over GRPO, learning curves against RL steps and environment turns, and performan
   mazegym bench --list                                       # the tracks
   mazegym bench                                              # the default benchmark into runs/bench
   mazegym bench --plugin my_algo.py --algos my_algo grpo --tracks loops
-  mazegym bench --smoke --algos grpo rloo --tracks trees --seeds 2 --out /tmp/bench-smoke
+  mazegym bench --smoke --algos grpo rloo --tracks trees --seeds 2 --out runs/bench-smoke
 
 A finished run is skipped and an interrupted one resumed when the same command runs again."""
 
