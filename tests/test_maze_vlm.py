@@ -500,3 +500,34 @@ def test_the_encoder_can_start_from_pytorchs_layer_init_while_the_decoder_keeps_
         assert float(model.model.layers[0].mlp.up_proj.weight.std()) == pytest.approx(0.1, rel=0.2)
     with pytest.raises(ValueError, match="init"):
         built("xavier")
+
+
+def test_the_colour_locator_finds_the_agent_on_every_cell_and_size_without_training(tmp_path):
+    """``locator="colour"``: at its random init the encoder's agent weights sit on the agent's cell, wherever it
+    stands (goal and walls included around it) on 9x9 and 13x13 mazes; the learned saliency does not at init."""
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText
+
+    model_dir = build_maze_vlm(
+        tmp_path / "colour",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vision={"width": 8, "iterations": 2, "tokens": "agent", "locator": "colour"},
+    )
+    processor = AutoImageProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
+    for spec in [*load_eval_set("VisMaze-v0")[:2], load_eval_set("heldout-13x13")[0]]:
+        open_cells = [tuple(c) for c in np.argwhere(spec.grid == 0) if tuple(c) != tuple(spec.goal)]
+        images = [frame(spec, cell) for cell in open_cells]
+        pixels = processor(images=images, return_tensors="pt")
+        with torch.no_grad():
+            _, scores = model.image_features(pixels["pixel_values"], pixels["image_grid_thw"])
+        cols = spec.grid.shape[1]
+        for cell, score in zip(open_cells, scores):
+            weights = torch.softmax(score, 0)
+            assert int(weights.argmax()) == cell[0] * cols + cell[1]
+            assert float(weights.max()) > 0.999
+    with pytest.raises(ValueError, match="locator"):
+        RecurrentConvEncoder(5, 8, 2, locator="oracle")

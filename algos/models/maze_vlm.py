@@ -52,6 +52,8 @@ DEFAULT_VISION_CONFIG = {
     "state": "residual",
     "path_head": False,
     "init": "lm",
+    "locator": "learned",
+    "agent_rgb": [0, 0, 255],
 }
 """Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, the
 classes of its pretraining head (the env's moves), its decision readout ("conv": a 3x3 conv
@@ -62,7 +64,16 @@ agent's cell, whatever the maze's size), and how the recurrent block updates its
 candidate, bounded, so it stays stable when run for more iterations than it was trained with), and whether it has a
 second pretraining head, ``path_head``: per cell, is the cell on the shortest path from the agent to the goal, and how a
 model built from code initialises the encoder's layers ("lm": as the decoder's, normal with the config's
-``initializer_range``; "pytorch": PyTorch's default layer init)."""
+``initializer_range``; "pytorch": PyTorch's default layer init), and how the encoder finds the agent's cell ("learned": a
+saliency read from each cell's pixels, which SFT's localisation loss teaches; "colour": a fixed match of each cell's
+pixels against ``agent_rgb``, the colour the env draws the agent in, an architectural prior that needs no label)."""
+
+COLOUR_MATCH_SCALE = 40.0
+"""Logit per unit of RGB distance (pixels in [-0.5, 0.5]) of the "colour" locator: a floor or wall pixel's distance
+from the agent's colour (1 or more) puts the agent's cell ahead by e^40."""
+
+VISION_LOCATORS = ("learned", "colour")
+"""Values of ``vision_config["locator"]``."""
 
 VISION_INITS = ("lm", "pytorch")
 """Values of ``vision_config["init"]``."""
@@ -107,8 +118,16 @@ class RecurrentConvEncoder(nn.Module):
         tokens: str = "cells",
         state: str = "residual",
         path_head: bool = False,
+        locator: str = "learned",
+        agent_rgb: tuple[int, int, int] = (0, 0, 255),
     ):
         super().__init__()
+        if locator not in VISION_LOCATORS:
+            raise ValueError(f"locator must be one of {VISION_LOCATORS}, got {locator!r}")
+        self.locator = locator
+        # On the processor's pixel scale (uint8 / 255 - 0.5). A plain attribute, not a buffer: a model loaded by path
+        # is built on the meta device and only the saved tensors are filled in.
+        self.agent_rgb = tuple(channel / 255.0 - 0.5 for channel in agent_rgb)
         if readout not in ("conv", "cell"):
             raise ValueError(f"readout must be 'conv' or 'cell', got {readout!r}")
         if tokens not in VISION_TOKENS:
@@ -223,14 +242,23 @@ class RecurrentConvEncoder(nn.Module):
         """
         batch, rows, cols, _ = grid.shape
         features, decision = self.cell_features(grid, iterations)
-        scores = self.agent_score(grid.reshape(batch, rows * cols, -1)).squeeze(-1)
-        weights = torch.softmax(scores * self.score_scale, dim=1)[..., None]
+        scores = self.agent_scores(grid.reshape(batch, rows * cols, -1))
+        weights = torch.softmax(scores, dim=1)[..., None]
         agent = (weights * decision).sum(1, keepdim=True)
         if self.tokens == "agent":
             tokens = torch.cat([(weights * features).sum(1, keepdim=True), agent], dim=-1)
         else:
             tokens = torch.cat([features, agent.expand_as(features)], dim=-1)
-        return tokens, scores * self.score_scale, decision
+        return tokens, scores, decision
+
+    def agent_scores(self, patches: torch.Tensor) -> torch.Tensor:
+        """``patches``: [B, cells, 3*p*p] -> [B, cells] logits of where the agent stands (see ``locator``)."""
+        if self.locator == "learned":
+            return self.agent_score(patches).squeeze(-1) * self.score_scale
+        pixels = patches.reshape(*patches.shape[:2], 3, -1).transpose(-1, -2)  # [B, cells, p*p, 3]
+        distance = (pixels - pixels.new_tensor(self.agent_rgb)).norm(dim=-1)
+        # A cell's best-matching pixel; a sharp fixed scale, since a colour either matches or it does not.
+        return -COLOUR_MATCH_SCALE * distance.min(dim=-1).values
 
 
 @dataclass
@@ -259,6 +287,8 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             vision.get("tokens", "cells"),
             vision.get("state", "residual"),
             vision.get("path_head", False),
+            vision.get("locator", "learned"),
+            tuple(vision.get("agent_rgb", (0, 0, 255))),
         )
         self.multi_modal_projector = nn.Sequential(
             nn.Linear(4 * vision["width"], config.hidden_size),

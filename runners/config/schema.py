@@ -63,6 +63,11 @@ class ModelConfig:
     """
     vision_patch_px: int = 5
     """Tiny maze-vlm only: each maze cell is downsampled to this many pixels per side before the patch embedding."""
+    vision_locator: str = "learned"
+    """Tiny maze-vlm only: how the encoder finds the agent's cell, where its vision token is pooled: "learned" (a
+    saliency read from each cell's pixels, which SFT's localisation loss teaches) or "colour" (a fixed match of each
+    cell's pixels against the colour the env draws the agent in: a prior built into the model, no label).
+    """
     task_tokens: bool = True
     """Tiny models only: give the fixed prompt phrases (system prompt, per-turn phrases) one token each, so a turn is
     ~100 tokens instead of ~530 bytes.

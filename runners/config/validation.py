@@ -20,6 +20,7 @@ CHOICES = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.vision_tokens": ("cells", "agent"),
     "model.vision_state": ("residual", "gated"),
+    "model.vision_locator": ("learned", "colour"),
     "sft.enabled": ("auto", "always", "never"),
     "sft.mode": ("full", "lora"),
     "loop.engine": ("hf", "vllm"),

@@ -11,6 +11,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Iterator
 
+from mazegym.render import AGENT_RGB
 from runners.models import ModelSpec, decoder_shape, register
 
 MODEL_TYPE = "mazegym_maze_vlm"
@@ -33,6 +34,8 @@ def build(config: Any, out: Path) -> None:
             "patch_px": m.vision_patch_px,
             "tokens": m.vision_tokens,
             "state": m.vision_state,
+            "locator": m.vision_locator,
+            "agent_rgb": list(AGENT_RGB),
             "path_head": True,
             "init": "pytorch",
         },
