@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,7 @@ def replace_dir(new: Path, final: Path) -> None:
     else:
         old = None
         if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.{_owner_tag()}.", dir=final.parent))
             os.replace(final, old / final.name)
         os.replace(new, final)
     fsync_path(final.parent)
@@ -138,12 +139,51 @@ def replace_dir(new: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _owner_tag() -> str:
+    """This process as a temp dir's name records it: ``<host>-<pid>`` (the host's name reduced to safe characters)."""
+    host = "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname())[:64] or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    """True when a process ``pid`` runs on this host (one we may not signal counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temp_dirs(final: Path) -> list[Path]:
+    """Remove the hidden ``.<name>.tmp.*`` and ``.<name>.old.*`` directories beside ``final`` that a process of this
+    host left when it was killed, and return them.
+
+    A directory is removed only when its name records its owner (:func:`_owner_tag`) and that owner is this host's
+    and no longer runs: one made on another host of a shared filesystem, by a live process, or by an older version
+    (no owner in its name) is kept.
+    """
+    final = Path(final)
+    host = _owner_tag().rsplit("-", 1)[0]
+    removed = []
+    for kind in ("tmp", "old"):
+        for path in final.parent.glob(f".{final.name}.{kind}.{host}-*.*"):
+            pid = path.name.removeprefix(f".{final.name}.{kind}.{host}-").split(".", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)) and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
 def temp_dir_beside(final: Path) -> Path:
     """A fresh hidden directory next to ``final`` (same filesystem, so the final rename is atomic), with the
-    permissions a plain ``mkdir`` would give (mkdtemp's are owner-only)."""
+    permissions a plain ``mkdir`` would give (mkdtemp's are owner-only). Its name records this process, and the ones
+    killed processes left beside ``final`` are removed first (:func:`remove_stale_temp_dirs`)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp.", dir=final.parent))
+    remove_stale_temp_dirs(final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp.{_owner_tag()}.", dir=final.parent))
     tmp.chmod(0o777 & ~_umask())
     return tmp
 

@@ -8,6 +8,7 @@ and loads the HTML in headless Chromium: no console errors, every image decoded 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -439,3 +440,40 @@ def test_the_loop_writes_records_per_eval_and_one_tensorboard_tag_per_quantity(t
     assert [s.value for s in events.Scalars("hparam/eval_solve_rate_after")] == [0.25], "hparams with final metrics"
     code = cli.main(["report", str(tmp_path)])
     assert code == 0 and "After RL: step 4" in (tmp_path / "report.html").read_text()
+
+
+def test_metrics_records_read_back_what_was_written_in_compact_form(tmp_path):
+    """Each line reads back equal to its JSON (ints stay ints, strings, booleans and lists kept); lines of the same
+    keys share one key table; a torn last line is skipped and said."""
+    from runners.artifacts.report import RunData, _read_metrics
+
+    lines = [
+        {"step": 1, "phase": "rl", "time": 1.5, "train/loss": -0.25, "ok": True, "note": [1, 2], "big": 2**60},
+        {"step": 2, "phase": "rl", "time": 2.5, "train/loss": 0.125, "ok": False, "note": [], "big": 3},
+        {"step": 2, "phase": "eval", "eval/solve_rate": float("nan")},
+        {"step": 3, "phase": "rl", "time": 3.5, "train/loss": 0.5, "ok": True, "note": [3], "big": 4},
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 3, "pha')
+    data = RunData(run_dir=tmp_path)
+    records = _read_metrics(path, data)
+    assert len(records) == 4 and data.missing == ["1 unreadable line(s) of metrics.jsonl were skipped"]
+    for record, line in zip(records, lines):
+        if "eval/solve_rate" in line:
+            continue
+        assert dict(record) == line and type(record["step"]) is int and type(record["time"]) is float
+    assert math.isnan(records[2]["eval/solve_rate"]) and records[2].get("missing") is None
+    assert records[1]._layout is records[3]._layout  # the same keys and kinds: one table
+    assert records[0]._layout is not records[1]._layout  # "big" on line 1 is too large for a double: kept aside
+
+
+def test_a_long_curve_is_drawn_as_bucket_means():
+    """More than MAX_CURVE_POINTS points become that many buckets of consecutive points, each at its mean step and
+    mean value; a short curve is drawn as it is."""
+    from runners.artifacts.report import MAX_CURVE_POINTS, _thin
+
+    points = [(step, float(step % 2)) for step in range(2 * MAX_CURVE_POINTS)]
+    xs, ys = _thin(points)
+    assert len(xs) == len(ys) == MAX_CURVE_POINTS
+    assert (xs[0], ys[0]) == (0.5, 0.5) and (xs[-1], ys[-1]) == (2 * MAX_CURVE_POINTS - 1.5, 0.5)
+    assert _thin(points[:10]) == ([p[0] for p in points[:10]], [p[1] for p in points[:10]])

@@ -19,7 +19,10 @@ import html
 import io
 import json
 import math
+import sys
 import time
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,7 +44,7 @@ class RunData:
 
     run_dir: Path
     config: dict[str, Any] | None = None
-    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[MetricsRecord] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
     """Per-maze eval record files, in step order."""
     results: dict[str, Any] | None = None
@@ -66,16 +69,62 @@ def _read_json(path: Path, data: RunData) -> Any:
     return value
 
 
-def _read_metrics(path: Path, data: RunData) -> list[dict[str, Any]]:
-    records, torn = [], 0
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-        except ValueError:  # the last line of a killed run may be torn
-            torn += 1
-            continue
-        if isinstance(record, dict):
-            records.append(record)
+class MetricsRecord(Mapping):
+    """One line of ``metrics.jsonl``, read-only and compact: its numbers in one array of doubles, laid out by a key
+    table shared with every line of the same keys, so a long run's curves take a fraction of their JSON text's memory.
+    Ints and floats read back as they were written; other values (the phase, a string) are kept as they are."""
+
+    __slots__ = ("_layout", "_numbers", "_others")
+
+    def __init__(self, layout: dict[str, tuple[int, bool]], numbers: array, others: dict[str, Any] | None):
+        self._layout, self._numbers, self._others = layout, numbers, others or {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._layout:
+            position, is_int = self._layout[key]
+            value = self._numbers[position]
+            return int(value) if is_int else value
+        return self._others[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._layout
+        yield from self._others
+
+    def __len__(self) -> int:
+        return len(self._layout) + len(self._others)
+
+
+def _compact(record: dict[str, Any], layouts: dict[tuple, dict[str, tuple[int, bool]]]) -> MetricsRecord:
+    """``record`` as a :class:`MetricsRecord`, its key table shared through ``layouts``."""
+    numeric = [
+        (key, value)
+        for key, value in record.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 2**53
+    ]
+    signature = tuple((key, isinstance(value, int)) for key, value in numeric)
+    layout = layouts.get(signature)
+    if layout is None:
+        layout = layouts[signature] = {sys.intern(key): (i, is_int) for i, (key, is_int) in enumerate(signature)}
+    others = {sys.intern(key): value for key, value in record.items() if key not in layout}
+    return MetricsRecord(layout, array("d", (value for _, value in numeric)), others)
+
+
+def _read_metrics(path: Path, data: RunData) -> list[MetricsRecord]:
+    """The records of ``metrics.jsonl``, read a line at a time (a torn or non-object line is skipped and counted)."""
+    records, torn, layouts = [], 0, {}
+    if not path.is_file():
+        return records
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:  # the last line of a killed run may be torn
+                torn += 1
+                continue
+            if isinstance(record, dict):
+                records.append(_compact(record, layouts))
     if torn:
         data.missing.append(f"{torn} unreadable line(s) of metrics.jsonl were skipped")
     return records
@@ -193,12 +242,32 @@ def _extrapolation_section(record: dict[str, Any]) -> str:
     )
 
 
-def _series(records: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of ``key`` over RL-side records (phases ``eval`` and ``rl``), in step order."""
-    points = sorted(
-        (int(r["step"]), float(r[key])) for r in records if r.get("phase") in ("eval", "rl") and _number(r.get(key))
+MAX_CURVE_POINTS = 2000
+"""The most points a curve is drawn with; a longer one is drawn as this many bucket means (a chart is narrower)."""
+
+
+def _thin(points: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
+    """(steps, values) of sorted ``points``; more than :data:`MAX_CURVE_POINTS` become the means of as many
+    consecutive buckets (the step drawn is its bucket's mean step)."""
+    if len(points) <= MAX_CURVE_POINTS:
+        return [p[0] for p in points], [p[1] for p in points]
+    edges = [round(i * len(points) / MAX_CURVE_POINTS) for i in range(MAX_CURVE_POINTS + 1)]
+    buckets = [points[a:b] for a, b in zip(edges[:-1], edges[1:])]
+    return [math.fsum(p[0] for p in b) / len(b) for b in buckets], [
+        math.fsum(p[1] for p in b) / len(b) for b in buckets
+    ]
+
+
+def _phase_series(records: Sequence[Mapping[str, Any]], key: str, phases: tuple[str, ...]) -> tuple[list, list]:
+    """(steps, values) of ``key`` over the records of ``phases``, in step order, thinned by :func:`_thin`."""
+    return _thin(
+        sorted((int(r["step"]), float(r[key])) for r in records if r.get("phase") in phases and _number(r.get(key)))
     )
-    return [p[0] for p in points], [p[1] for p in points]
+
+
+def _series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list, list]:
+    """(steps, values) of ``key`` over RL-side records (phases ``eval`` and ``rl``), in step order."""
+    return _phase_series(records, key, ("eval", "rl"))
 
 
 def _number(value: Any) -> bool:
@@ -398,11 +467,8 @@ def chart_plan(records: Sequence[dict[str, Any]], config: dict[str, Any] | None 
     ):
         panels = []
         for key, title, ylabel in keys:
-            points = sorted(
-                (int(r["step"]), float(r[key])) for r in records if r.get("phase") == phase and _number(r.get(key))
-            )
-            if points:
-                xs, ys = [p[0] for p in points], [p[1] for p in points]
+            xs, ys = _phase_series(records, key, (phase,))
+            if xs:
                 loss = key.endswith("loss")
                 panels.append(
                     Panel(

@@ -200,3 +200,28 @@ def test_export_of_a_checkpoint_copies_only_what_its_manifest_lists(tmp_path):
     (ckpt / "adapter" / "planted.bin").write_bytes(b"added after the checkpoint was written")
     out = export(config, out_dir=str(tmp_path / "exp"))
     assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+
+
+def test_temp_dirs_a_killed_process_left_are_removed_and_no_other(tmp_path):
+    """A publish removes the ``.<name>.tmp.*`` / ``.old.*`` dirs of a dead process of this host, and keeps those of a
+    live process, of another host and of unknown owner (older versions)."""
+    import subprocess
+    import sys
+
+    final = tmp_path / "sft"
+    host = atomic._owner_tag().rsplit("-", 1)[0]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = [tmp_path / f".sft.tmp.{host}-{dead.pid}.abc", tmp_path / f".sft.old.{host}-{dead.pid}.def"]
+    kept = [
+        tmp_path / f".sft.tmp.{host}-{os.getpid()}.ghi",  # alive: this process
+        tmp_path / f".sft.tmp.otherhost-{dead.pid}.jkl",  # another host of a shared filesystem
+        tmp_path / ".sft.tmp.mno",  # no owner recorded
+        tmp_path / f".export.tmp.{host}-{dead.pid}.pqr",  # beside another output
+    ]
+    for path in stale + kept:
+        (path / "weights").mkdir(parents=True)
+    new = atomic.temp_dir_beside(final)
+    assert new.name.startswith(f".sft.tmp.{host}-{os.getpid()}.")
+    assert not any(path.exists() for path in stale)
+    assert all((path / "weights").is_dir() for path in kept)
