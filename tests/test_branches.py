@@ -294,6 +294,24 @@ def test_expected_continuation_values_match_a_hand_computation():
     assert values[(1, 2)] == pytest.approx([1.0, 0.9, 0.58725, 0.9])
 
 
+def test_moves_only_continuations_renormalise_the_move_replies_by_hand():
+    """``moves_only``: the mass of unparseable replies no longer stands still; the same probabilities as above,
+    renormalised over the four moves, make the policy move right from both cells."""
+    maze = corridor()
+    probs = {(1, 1): np.array([0.5, 0.0, 0.0, 0.0]), (1, 2): np.array([0.01, 0.0, 0.0, 0.0])}
+    values = continuation_values(maze, probs, limit=4, gamma=0.9, samples=None, moves_only=True)
+    # Right from (1,1): 0.9; a wall bump stays, then right, right: 0.81. From (1,2): right is the goal; a bump,
+    # then right: 0.9; left to (1,1), then right, right: 0.81.
+    assert values[(1, 1)] == pytest.approx([0.9, 0.81, 0.81, 0.81])
+    assert values[(1, 2)] == pytest.approx([1.0, 0.9, 0.81, 0.9])
+    sampled = continuation_values(maze, probs, limit=4, gamma=0.9, samples=8, moves_only=True)
+    assert sampled[(1, 1)] == pytest.approx([0.9, 0.81, 0.81, 0.81])  # every world moves right: no stay outcome
+    standing = continuation_values(maze, probs, limit=4, gamma=0.9, samples=None)
+    assert standing[(1, 1)][0] < 0.05  # without it, (1,2) writes an unparseable reply 99% of the time
+    with pytest.raises(ValueError, match="branch_moves_only"):
+        branch_settings(RolloutConfig(history="none", branching=True, branch_moves_only=True))
+
+
 def _bfs_move(maze, cell):
     dist = bfs_distances(maze.grid, maze.goal)
     return min(

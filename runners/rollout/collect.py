@@ -121,6 +121,11 @@ class RolloutConfig:
     """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal,
     else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0).
     """
+    branch_moves_only: bool = False
+    """Branching with branch_continuation "sampled" or "expected": the continuations play the policy's move replies
+    alone, each cell's move probabilities renormalised over the four moves (as decoding constrained to the env's
+    actions would), instead of the rest of the mass being an unparseable reply that spends a move in place. For a
+    policy that has not learnt the reply format yet (no SFT), whose walks would otherwise stand still."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1:

@@ -44,6 +44,7 @@ class BranchSettings:
     settled: float
     reward: str
     prompts: str
+    moves_only: bool
 
     def __post_init__(self) -> None:
         if self.prompts not in PROMPTS:
@@ -61,6 +62,11 @@ class BranchSettings:
         if self.settled < 1.0 and self.continuation == "greedy":
             raise ValueError(
                 "branch_settled needs the scored move distribution: set branch_continuation to 'sampled' or 'expected'"
+            )
+        if self.moves_only and self.continuation == "greedy":
+            raise ValueError(
+                "branch_moves_only renormalises the scored move distribution: set branch_continuation to 'sampled' or "
+                "'expected'"
             )
         if self.samples < 1:
             raise ValueError(f"branch_samples must be >= 1, got {self.samples}")
@@ -111,11 +117,14 @@ def continuation_values(
     gamma: float,
     samples: int | None,
     rng: np.random.Generator | None = None,
+    moves_only: bool = False,
 ) -> dict[tuple[int, int], np.ndarray]:
     """Worth of each of the 4 moves from every cell when the policy plays on afterwards.
 
     ``move_probs[cell]`` holds the probabilities of the 4 moves there; the rest of the mass is an
-    unparseable reply, which spends a move in place (as a wall bump does). A move from ``cell`` that
+    unparseable reply, which spends a move in place (as a wall bump does); with ``moves_only`` the policy plays its
+    move replies alone, their probabilities renormalised over the four (as decoding constrained to the env's actions
+    would). A move from ``cell`` that
     reaches the goal after n moves in all (n <= ``limit``) is worth ``gamma ** (n - 1)``, else 0.
 
     With ``samples`` the worth is the mean over 1 + ``samples`` *worlds*: the greedy policy (the
@@ -142,7 +151,7 @@ def continuation_values(
     for c, j in index.items():
         p = np.clip(np.asarray(move_probs[c], dtype=np.float64), 0.0, 1.0)
         probs[j, :4] = p
-        probs[j, 4] = max(0.0, 1.0 - p.sum())
+        probs[j, 4] = 0.0 if moves_only and p.sum() > 0 else max(0.0, 1.0 - p.sum())
     probs[:goal] /= probs[:goal].sum(axis=1, keepdims=True)
     probs[goal, 4] = 1.0
     firsts = nxt[:goal, :4]  # where each first move lands
@@ -320,6 +329,7 @@ def collect_branches(
                 settings.gamma,
                 samples,
                 np.random.default_rng([group_offset + i, zlib.crc32(maze.maze_id.encode())]),
+                settings.moves_only,
             )
             for i, maze in enumerate(mazes)
         ]
