@@ -130,8 +130,9 @@ TRACKS: dict[str, Track] = {
 """Every track, by name."""
 
 DEFAULT_TRACKS = ("trees", "loops", "long", "text")
-"""What ``mazegym bench`` runs without ``--tracks``. ``scratch`` is left out: no algorithm leaves 0% on it yet, so it
-ranks nothing and costs as much as ``loops``."""
+"""What ``mazegym bench`` runs without ``--tracks``. ``scratch`` is left out: at its budget every algorithm stays at 0%
+(the preset's own run first solves mazes after 20-25 steps of 64 mazes; docs/rl-earns-its-lift.md), so it ranks
+nothing."""
 
 SMOKE_SETTINGS = (
     "sft.vision_steps=2",
