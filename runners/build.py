@@ -178,7 +178,7 @@ def build_training(
     init and the same algorithm state. ``generator`` replaces the default one (e.g. a vLLM
     engine with sleep mode on a GPU worker); ``prepare_policy(policy)`` runs after the LoRA init
     and before the optimizer is built (the Ray worker shards the policy there:
-    :func:`runners.dist.fsdp.shard_policy`); ``probe`` is None when ``loop.parity_every == 0``.
+    :func:`runners.distributed.fsdp.shard_policy`); ``probe`` is None when ``loop.parity_every == 0``.
     """
     if generator is None:
         generator = build_generator(config, model_dir, adapter, version=0)

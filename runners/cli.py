@@ -163,14 +163,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(note, flush=True)
     if config.runner.kind == "ray":
         try:
-            from runners.dist import ray_runner
+            from runners.distributed import ray_runner
         except ImportError as exc:
             raise ValueError(
                 f"runner.kind=ray needs ray, which cannot be imported here ({exc}): {INSTALL_HINTS['ray']}"
             )
         if not hasattr(ray_runner, "train"):
             raise SystemExit(
-                "runner.kind=ray: runners.dist.ray_runner.train is not available in this build; use runner.kind=local"
+                "runner.kind=ray: runners.distributed.ray_runner.train is not available in this build; "
+                "use runner.kind=local"
             )
         result = ray_runner.train(config, command=_command(args))
     else:
@@ -633,7 +634,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, type=output_file, help="also write the summary and per-maze records here")
     p.set_defaults(func=cmd_play_remote)
 
-    from runners.dist.submit import add_submit_command
+    from runners.distributed.submit import add_submit_command
 
     add_submit_command(sub)
 

@@ -305,7 +305,7 @@ RUNNERS_LAYERS = [
     ("runners.config",),
     ("runners.train",),
     ("runners.build",),
-    ("runners.local", "runners.dist", "runners.artifacts", "runners.bench"),
+    ("runners.local", "runners.distributed", "runners.artifacts", "runners.bench"),
     ("runners.cli",),
 ]
 """The order of the runners subpackages, lowest first: a module may import units of lower layers and its own

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.dist import submit
+from runners.distributed import submit
 
 
 def test_entrypoint_runs_mazegym_train_on_ray_with_quoted_args():

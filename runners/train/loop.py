@@ -7,7 +7,7 @@ bookkeeping (step counter, eval history, progress bar, deadline, interruption, m
 records); *where* each phase runs is a :class:`StepExecutor`'s business:
 
 * :class:`runners.local.LocalExecutor` runs every phase in this process;
-* :class:`runners.dist.ray_runner.RayExecutor` fans phases out to the worker group (placement and
+* :class:`runners.distributed.ray_runner.RayExecutor` fans phases out to the worker group (placement and
   transport only) and adds its own metrics through :meth:`StepExecutor.step_extras`.
 
 So the local and Ray runners log the same keys, checkpoint at the same steps and evaluate

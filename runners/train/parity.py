@@ -171,7 +171,7 @@ class ParityProbe:
         The trainer side is ``policy.score_turns`` (or ``trainer_fn(prompt_ids, response_ids, images)``).
         ``reference_fn`` (same signature: the base model's log-probs) lets a failure report say
         "adapter never applied" without running ``policy`` again, e.g. when the policy is
-        FSDP-sharded and every forward is a collective (runners.dist.ray_runner computes both sides on
+        FSDP-sharded and every forward is a collective (runners.distributed.ray_runner computes both sides on
         every rank and passes them as functions).
         ``version`` is the adapter version just published; the generator must report it.
         Returns ``{"version", "mean_abs", "max_abs", "excess", "drift"}``: ``excess`` is the gap above the

@@ -1,6 +1,6 @@
 """``mazegym submit``: send a training run to a Ray cluster through the Ray Jobs API.
 
-The run itself is the Ray runner (:mod:`runners.dist.ray_runner`) started on the cluster's head as
+The run itself is the Ray runner (:mod:`runners.distributed.ray_runner`) started on the cluster's head as
 a Ray job; this module only builds the job's entrypoint and runtime environment, submits it
 with :class:`ray.job_submission.JobSubmissionClient`, and optionally waits and streams logs::
 
@@ -521,7 +521,7 @@ def add_submit_command(subparsers: Any) -> argparse.ArgumentParser:
 
     Wiring in ``runners/cli.py``::
 
-        from runners.dist.submit import add_submit_command
+        from runners.distributed.submit import add_submit_command
         add_submit_command(sub)        # sub = parser.add_subparsers(...)
     """
     p = subparsers.add_parser(
@@ -558,7 +558,7 @@ def run_submit_args(ns: argparse.Namespace) -> int:
 
 
 def submit_main(argv: list[str] | None = None) -> int:
-    """Entry point of ``mazegym submit`` / ``python -m runners.dist.submit``: parse ``argv`` and submit."""
+    """Entry point of ``mazegym submit`` / ``python -m runners.distributed.submit``: parse ``argv`` and submit."""
     return run_submit_args(build_parser().parse_args(argv))
 
 
