@@ -735,6 +735,7 @@ def check_serve(device: str, tiny_qwen3_vl: Path, work: Path) -> str:
     import threading
 
     from runners.artifacts import serve as srv
+    from runners.artifacts.serve import client
     from runners.build import build_generator
 
     config = _tiny_qwen3_config(tiny_qwen3_vl, device, work / "serve-run", "loop.engine=hf")
@@ -748,7 +749,7 @@ def check_serve(device: str, tiny_qwen3_vl: Path, work: Path) -> str:
 
     def ask(frames: int) -> dict:
         messages = srv.to_openai_messages(_history_messages(frames))
-        return srv._request(url, {"model": srv.MODEL_NAME, "messages": messages, "max_tokens": 8, "temperature": 0})
+        return client._request(url, {"model": srv.MODEL_NAME, "messages": messages, "max_tokens": 8, "temperature": 0})
 
     t0 = time.perf_counter()
     answer = ask(FRAMES)["choices"][0]["message"]["content"]
