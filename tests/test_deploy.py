@@ -41,10 +41,11 @@ def job_config():
     """The TrainConfig and RayConfig the RayJob's entrypoint resolves to (exactly as the runner builds them)."""
     pytest.importorskip("ray")
     from runners import cli
+    from runners.commands.run_config import build_config
     from runners.distributed import ray_runner
 
     argv = ["train", *entrypoint_argv()]
-    config = cli.build_config(cli.build_parser(argv).parse_args(argv))
+    config = build_config(cli.build_parser(argv).parse_args(argv))
     return config, ray_runner.ray_config_from(config)
 
 
