@@ -442,6 +442,23 @@ def refuse_other_sft(config: TrainConfig, checkpoint: Path) -> None:
         )
 
 
+def resume_point(config: TrainConfig, log: Callable[[str], None] = print) -> tuple[CheckpointManager, Path | None]:
+    """The run dir's checkpoint manager and the checkpoint a run of ``config`` resumes (None: a fresh start).
+
+    Raises the refusals that come before anything in the run dir changes: a checkpoint of another run dir, nothing
+    to resume under ``--resume latest``, an earlier run's checkpoints under a fresh start, a changed recipe or SFT
+    result under a resume. ``mazegym train --dry-run`` asks it too, so that it refuses what the run would refuse.
+    """
+    manager = CheckpointManager(
+        Path(config.run_dir) / "checkpoints", keep=config.checkpoint.keep, log=log, required=checkpoint_files(config)
+    )
+    resume_from = manager.start_run(config.checkpoint.resume)
+    if resume_from is not None:
+        refuse_changed_recipe(config, resume_from)
+        refuse_other_sft(config, resume_from)
+    return manager, resume_from
+
+
 def open_run(
     config: TrainConfig, log: Callable[[str], None] = print, command: str | None = None
 ) -> tuple[Path, CheckpointManager, Path | None, MetricsLogger]:
@@ -453,13 +470,8 @@ def open_run(
     validate(config)
     set_threads(config)
     run_dir = Path(config.run_dir)
-    manager = CheckpointManager(
-        run_dir / "checkpoints", keep=config.checkpoint.keep, log=log, required=checkpoint_files(config)
-    )
-    resume_from = manager.start_run(config.checkpoint.resume)
+    manager, resume_from = resume_point(config, log)
     if resume_from is not None:
-        refuse_changed_recipe(config, resume_from)
-        refuse_other_sft(config, resume_from)
         manager.continue_from(resume_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", to_dict(config))

@@ -39,7 +39,11 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     if args.dry_run:
-        print(describe_plan(config, args.config_notes))
+        from runners.build import resume_point
+
+        plan = describe_plan(config, args.config_notes)
+        resume_point(config)  # what the run dir holds may refuse the run: the dry run says so too
+        print(plan)
         return 0
     validate(config)
     for note in args.config_notes:
