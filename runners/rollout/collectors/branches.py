@@ -325,7 +325,7 @@ def collect_branches(
         maze = mazes[i]
         cell_walks = [per_maze[i] for per_maze in togo]
         values, moves = _move_values(
-            maze, cell, cell_walks, worths[i] if worths else None, config.max_moves, settings.gamma
+            maze, cell, cell_walks, worths[i][cell] if worths else None, config.max_moves, settings.gamma
         )
         best = max(values)
         is_best = [values[k] == best for k in range(4)]
