@@ -29,7 +29,7 @@ from runners.artifacts.serve.protocol import (
 from runners.config.derived import eval_vision_iterations, max_images_per_prompt
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
-"""Largest request body accepted (a 225x225 maze frame is ~3 KB as PNG, a 13x13 one ~5 KB)."""
+"""Largest request body accepted (far more than a conversation of maze frames as PNG needs)."""
 MAX_BATCH = 64
 """Requests generated together at most."""
 BATCH_WAIT_S = 0.005

@@ -289,7 +289,7 @@ def collect_branches(
     With ``branch_reward="best"`` the reward is 1 for the group's most valuable branches instead
     (when any reaches the goal): the four branches are enumerated, not sampled from the policy, so
     an advantage proportional to the values would push up second-best moves (a wall bump that
-    wastes one move) nearly as hard as the best one, which measurably lowered the solve rate.
+    wastes one move) nearly as hard as the best one.
     With ``branch_continuation="sampled"`` a move's worth is instead its mean over the greedy
     world and ``branch_samples`` worlds drawn from the policy's move distribution
     (:func:`continuation_values`), read by one :meth:`Generator.score_replies` call, and cells the
@@ -585,8 +585,8 @@ def is_settled(move_probs: np.ndarray, is_best: list[bool], threshold: float) ->
     """Whether a cell needs no more push: its best moves hold at least ``threshold`` of the probability the policy puts
     on the four moves, and that share is more than the rest of its replies hold (so its greedy reply is a best move).
 
-    The share is taken among the four moves, not of all replies, because a small decoder sampled at T=1 keeps ~10% of
-    its mass on malformed replies at every cell; measured on the raw probability, no cell ever counted as settled.
+    The share is taken among the four moves, not of all replies, because a small decoder sampled at T=1 keeps some of
+    its mass on malformed replies at every cell: on the raw probability, a cell would hardly ever count as settled.
     """
     total = float(move_probs.sum())
     best = float(sum(p for p, b in zip(move_probs, is_best) if b))
