@@ -18,6 +18,7 @@ DESCRIPTION = (
     "`mazegym export` writes."
 )
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""Host names a server may listen on without a warning (it has no authentication)."""
 
 
 def add_parser(subparsers: Any, argv: list[str]) -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from runners.commands.arguments import FORMATTER
+from runners.commands.serve import LOOPBACK
 
 NAME = "serve-env"
 HELP = "serve VisMaze environments over OpenEnv (WebSocket sessions, loopback)"
@@ -35,6 +36,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"mazegym serve-env needs openenv-core, which is not installed: {INSTALL_HINTS['openenv']}")
     from mazegym.integrations.openenv_server import serve
 
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if args.host not in LOOPBACK:
         print(f"mazegym serve-env: warning: {args.host} is not loopback and the server has no authentication")
     return serve(args)
