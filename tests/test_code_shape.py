@@ -1,4 +1,5 @@
-"""Functions stay short enough to read at once: none in mazegym/, algos/ or runners/ runs over MAX_LINES lines."""
+"""Functions stay short enough to read at once: none in mazegym/, algos/ or runners/ runs over MAX_LINES lines, and
+no module defines one twice."""
 
 from __future__ import annotations
 
@@ -46,6 +47,21 @@ def test_every_allowed_function_is_still_long():
         for name, allowed in ALLOWED.items()
     }
     assert {k: v for k, v in stale.items() if v} == {}
+
+
+def defined_twice(path: Path) -> list[str]:
+    """Names the module defines more than once at its top level (functions and classes): the later one silently wins."""
+    names = [n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    return sorted({name for name in names if names.count(name) > 1})
+
+
+def test_no_module_defines_a_function_or_class_twice():
+    offenders = {
+        path.relative_to(ROOT).as_posix(): defined_twice(path)
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def test_the_scan_counts_signature_docstring_and_nested_functions(tmp_path):
