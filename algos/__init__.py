@@ -1,4 +1,4 @@
-"""The algorithm zoo: GRPO (default), Dr.GRPO, DAPO, RLOO and PPO behind one registry.
+"""The algorithm zoo: GRPO (default), Dr.GRPO, DAPO, RLOO, GiGPO and PPO behind one registry.
 
 ``import algos`` is torch-free; torch is imported when an algorithm or policy is first used::
 

@@ -184,7 +184,7 @@ class Strategy:
 
     :class:`Algorithm` calls it once per optimizer step (:meth:`clip_gradients`, between the
     last backward and ``optimizer.step()``); a sharded runner synchronises its ranks and
-    reduces their gradients there (``runners.dist.fsdp.Lockstep``).
+    reduces their gradients there (``runners.distributed.fsdp.Lockstep``).
     """
 
     def clip_gradients(self, algorithm: "Algorithm") -> float:

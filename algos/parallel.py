@@ -20,9 +20,16 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from algos.base import Algorithm, Strategy
+
+
+def contiguous_parts(items: Sequence[Any], parts: int) -> list[list[Any]]:
+    """``items`` cut into at most ``parts`` contiguous, near-equal, non-empty lists (a batch's share per thread)."""
+    bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
+    return [list(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 class Replicas:

@@ -94,7 +94,7 @@ def run_local(base: Path, args: argparse.Namespace) -> dict[str, float]:
 
 def run_ray(base: Path, workers: int, args: argparse.Namespace) -> dict[str, float]:
     """The Ray runner on the benchmark job with ``workers`` worker bundles."""
-    from runners.dist import ray_runner
+    from runners.distributed import ray_runner
     from runners.config import apply_overrides
     from runners.config.presets import get_preset
 

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from mazegym.evalsets import EVAL_SETS
     from runners.atomic import write_json, write_text
     from runners.build import build_generator, resolve_weights
-    from runners.cli import eval_config
+    from runners.commands.run_config import eval_config
     from runners.train.steps import eval_episodes, set_threads, vision_iterations_for
 
     unknown = [s for s in args.sets if s not in EVAL_SETS]

@@ -30,7 +30,8 @@ def pretrained_encoders(config, base: Path, keep_at: list[int]) -> dict[int, dic
     from algos.models import load_model
     from runners.build import build_sft_stream
     from runners.train.demos import DemoStream
-    from runners.train.sft import demo_maker, pretrain_vision_as_configured, seed_everything
+    from runners.train.seeding import seed_everything
+    from runners.train.sft import demo_maker, pretrain_vision_as_configured
 
     seed_everything(config.sft.seed)
     _, image_processor, make_turns = demo_maker(config, base)
@@ -56,7 +57,9 @@ def decoder_sft(config, base: Path, encoder: dict, steps: int, out: Path) -> Pat
     from algos.models import load_model
     from runners.build import build_sft_stream
     from runners.train.demos import DemoStream
-    from runners.train.sft import demo_maker, freeze_vision_tower, seed_everything, sft_threads, train_sft
+    from runners.train.freezing import freeze_vision_tower
+    from runners.train.seeding import seed_everything
+    from runners.train.sft import demo_maker, sft_threads, train_sft
 
     seed_everything(config.sft.seed)
     tokenizer, image_processor, make_turns = demo_maker(config, base)

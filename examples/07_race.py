@@ -7,7 +7,8 @@ rival as a green one::
 
     python examples/07_race.py [--races 20] [--out examples/out]
 
-Writes ``OUT/07_race.gif`` (the first race, from agent_0's view) and prints the win counts.
+Writes ``OUT/07_race.gif`` (the first race, from agent_0's view, over a legend of the discs' colours) and prints
+the win counts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections import Counter
 import numpy as np
 
 from mazegym.multiagent import VisMazeRace
-from mazegym.recording import save_gif
+from mazegym.recording import save_gif, with_legend
 from mazegym.solver import MOVES, shortest_path_actions
 
 
@@ -55,7 +56,8 @@ def main() -> None:
         wins[winner] += 1
         first = first or frames
     print("wins:", dict(wins), "(agent_0 = BFS oracle, agent_1 = random)")
-    print(f"wrote {save_gif(first, f'{args.out}/07_race.gif')}")
+    legend = env.legend(names={"agent_0": "BFS oracle", "agent_1": "random"})  # which disc is which
+    print(f"wrote {save_gif([with_legend(frame, legend) for frame in first], f'{args.out}/07_race.gif')}")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def eval_curve(run_dir: Path) -> tuple[list[int], list[int]]:
 def main() -> None:
     """Train, print the case-study table, plot the eval solve rate over RL steps."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="cpu-maze-vlm", help="cpu-maze-vlm (the default VLM) or cpu-tiny (text LM)")
+    parser.add_argument("--preset", default="cpu-maze-vlm", help="cpu-maze-vlm (MazeVLM, images) or cpu-tiny (text LM)")
     parser.add_argument("--run-dir", default="runs/example-10", help="where the run's artifacts go")
     parser.add_argument("--rl-steps", type=int, default=None, help="RL steps (default: half the preset's)")
     parser.add_argument("--out", default="examples/out", help="where the curve PNG goes")

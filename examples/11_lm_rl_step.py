@@ -6,12 +6,12 @@ GRPO from the registry with positive-only advantages, the adapter written atomic
 version and hot-loaded into the sampler, and the greedy solve rate on VisMaze-v0's fixed 64 mazes.
 
     python examples/11_lm_rl_step.py                                   # a random MazeVLM: mechanics only
-    python examples/11_lm_rl_step.py --model runs/cpu-maze-vlm/sft/model --steps 30   # from the main job's SFT
+    python examples/11_lm_rl_step.py --model runs/cpu-maze-loops/sft/model --steps 20   # from the main job's SFT
 
 From a random model nothing is solved and nothing improves (the random policy rarely reaches a
 goal, so almost every group is all-zero and filtered out). From the main job's SFT model the solve
-rate climbs over tens of steps, with single evaluations swinging by a few mazes; the main job's own
-curve (40 steps) is in the README. The curve goes to ``--out``.
+rate climbs over the steps, with single evaluations swinging by a few mazes; the main job's own curve is
+in the README. The curve goes to ``--out``.
 """
 
 import argparse

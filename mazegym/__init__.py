@@ -42,8 +42,8 @@ REGISTERED_ENVS: dict[str, dict] = {
 }
 """Registered ids and their kwargs (``docs/envs.md`` lists them from ``gymnasium.registry``).
 
-9x9/20 and 11x11/30 are VisGym maze_2d easy/hard: at these limits about 1% of Wilson mazes are
-longer than the limit, as in VisGym; evaluation sets contain only solvable mazes. The larger sizes
+9x9/20 and 11x11/30 are VisGym maze_2d easy/hard: at these limits a few Wilson mazes are longer than
+the limit, as in VisGym; evaluation sets contain only solvable mazes. The larger sizes
 (generalisation studies) get about 1.5-2x their median optimal path (Wilson: 24, 28 and 48 moves
 at 13, 15 and 21; 32, 40, 88 at 17, 19 and 33). A 5x5 grid holds only 16 distinct mazes, each 4 moves long.
 The ``Loops`` ids knock out a fifth of the walls a perfect maze keeps (``extra_openings=0.2``), so most mazes hold

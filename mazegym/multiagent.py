@@ -20,7 +20,16 @@ from pettingzoo import ParallelEnv
 from mazegym.envs.vismaze import VisMazeEnv, _choice, _integer, _maze_option
 from mazegym.maze import DEFAULT_GENERATOR, MazeSpec, check_size, sample_maze
 from mazegym.spaces import MapText
-from mazegym.render import OTHER_AGENT_RGB, TEXT_CHARSET, ascii_bytes, draw_agent, render_background, text_length
+from mazegym.render import (
+    AGENT_RGB,
+    GOAL_RGB,
+    OTHER_AGENT_RGB,
+    TEXT_CHARSET,
+    ascii_bytes,
+    draw_agent,
+    render_background,
+    text_length,
+)
 from mazegym.solver import bfs_distances, next_cell
 
 
@@ -154,6 +163,17 @@ class VisMazeRace(ParallelEnv):
     def state(self) -> np.ndarray:
         """Global state: the full frame with agent_0 highlighted."""
         return self._image(self.possible_agents[0])
+
+    def legend(self, viewer: str | None = None, names: dict[str, str] | None = None) -> list[tuple[tuple, str]]:
+        """``(colour, label)`` of each agent as ``viewer`` sees the race (default agent_0, whose view ``render()``
+        shows): the viewer's blue disc, every rival's green one, and the red goal; ``names`` adds a word to an agent's
+        label (``{"agent_0": "oracle"}``). :func:`mazegym.recording.with_legend` draws it under a frame."""
+        viewer = viewer or self.possible_agents[0]
+        entries = []
+        for agent in self.possible_agents:
+            label = f"{agent} ({names[agent]})" if names and agent in names else agent
+            entries.append((AGENT_RGB if agent == viewer else OTHER_AGENT_RGB, label))
+        return [*entries, (GOAL_RGB, "goal")]
 
     def close(self) -> None:
         """Nothing to release."""

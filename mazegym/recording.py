@@ -197,22 +197,56 @@ def outcome_legend(
 
     Centred in ``width`` pixels when given (never narrower than the legend itself).
     """
+    return legend([(OUTCOME_RGB[o], OUTCOME_NAMES[o]) for o in outcomes], width, size, pad)
+
+
+def legend(
+    entries: Sequence[tuple[tuple[int, int, int], str]],
+    width: int | None = None,
+    size: int = 13,
+    pad: int = 6,
+    wrap: bool = False,
+) -> np.ndarray:
+    """A white strip with a swatch of each entry's colour and its name, centred in ``width`` pixels when given (never
+    narrower than the legend itself; with ``wrap``, entries that would not fit go on further rows instead)."""
     from PIL import ImageDraw
 
     font = _font(size)
     gap = size  # between one entry and the next
-    entries = [(OUTCOME_RGB[o], OUTCOME_NAMES[o], _text_size(font, OUTCOME_NAMES[o])[0]) for o in outcomes]
-    inner = sum(size + pad // 2 + w for _, _, w in entries) + gap * (len(entries) - 1)
-    out_w = max(width or 0, inner + 2 * pad)
-    canvas = Image.new("RGB", (out_w, size + 2 * pad), "white")
+    sized = [(rgb, name, size + pad // 2 + _text_size(font, name)[0]) for rgb, name in entries]
+    rows = _legend_rows(sized, (width or 0) - 2 * pad if wrap else 0, gap)
+    inner = [sum(w for *_, w in row) + gap * (len(row) - 1) for row in rows]
+    out_w = max(width or 0, max(inner) + 2 * pad)
+    canvas = Image.new("RGB", (out_w, len(rows) * (size + pad) + pad), "white")
     draw = ImageDraw.Draw(canvas)
-    x = (out_w - inner) // 2
-    for rgb, name, w in entries:
-        draw.rectangle((x, pad, x + size - 1, pad + size - 1), fill=rgb)
-        x += size + pad // 2
-        draw.text((x, pad + size // 2), name, fill=(0, 0, 0), font=font, anchor="lm")
-        x += w + gap
+    for r, (row, row_width) in enumerate(zip(rows, inner)):
+        x, y = (out_w - row_width) // 2, pad + r * (size + pad)
+        for rgb, name, w in row:
+            draw.rectangle((x, y, x + size - 1, y + size - 1), fill=rgb)
+            draw.text((x + size + pad // 2, y + size // 2), name, fill=(0, 0, 0), font=font, anchor="lm")
+            x += w + gap
     return np.asarray(canvas)
+
+
+def _legend_rows(sized: list[tuple[Any, str, int]], room: int, gap: int) -> list[list[tuple[Any, str, int]]]:
+    """Legend entries ``(colour, name, width)`` in rows of at most ``room`` pixels (all in one row when ``room`` <= 0;
+    an entry wider than ``room`` gets a row of its own)."""
+    rows: list[list[tuple[Any, str, int]]] = [[]]
+    used = 0
+    for entry in sized:
+        if rows[-1] and 0 < room < used + gap + entry[2]:
+            rows.append([])
+            used = 0
+        used += (gap if rows[-1] else 0) + entry[2]
+        rows[-1].append(entry)
+    return rows
+
+
+def with_legend(frame: np.ndarray, entries: Sequence[tuple[tuple[int, int, int], str]]) -> np.ndarray:
+    """``frame`` over a :func:`legend` of ``entries`` as wide as the frame (HxWx3 uint8; a GIF's frames all get the
+    same legend, so they keep one size)."""
+    frame = np.asarray(frame, dtype=np.uint8)
+    return _vstack([frame, legend(entries, width=frame.shape[1], wrap=True)])
 
 
 def _hstack(images: Sequence[np.ndarray], gap: int) -> np.ndarray:

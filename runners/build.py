@@ -30,6 +30,9 @@ from runners.train.run_lock import run_dir_lock
 from runners.config import TrainConfig, to_dict, validate
 from runners.config.derived import max_images_per_prompt, rollout_config
 from runners.train import sft as sftmod
+from runners.train import sft_result
+from runners.train.fingerprints import result_fingerprint
+from runners.train.seeding import seed_everything
 from runners.train.checkpoint import CheckpointManager, checkpoint_files
 from runners.train.metrics import MetricsLogger
 from runners.train.steps import set_threads
@@ -65,9 +68,7 @@ def prepare_base_model(config: TrainConfig) -> Path:
     tmp = atomic.temp_dir_beside(out)
     try:
         _build_tiny_model(config, tmp)
-        atomic.write_json(
-            tmp / BASE_MARKER, {**recipe, "fingerprint": sftmod.result_fingerprint(tmp, skip=(BASE_MARKER,))}
-        )
+        atomic.write_json(tmp / BASE_MARKER, {**recipe, "fingerprint": result_fingerprint(tmp, skip=(BASE_MARKER,))})
         atomic.replace_dir(tmp, out)
     finally:
         if tmp.exists():
@@ -89,7 +90,7 @@ def _built_base_model(out: Path) -> dict | None:
     if not isinstance(saved, dict):
         return None
     fingerprint = saved.pop("fingerprint", None)
-    if fingerprint != sftmod.result_fingerprint(out, skip=(BASE_MARKER,)):
+    if fingerprint != result_fingerprint(out, skip=(BASE_MARKER,)):
         return None
     return saved
 
@@ -178,13 +179,11 @@ def build_training(
     init and the same algorithm state. ``generator`` replaces the default one (e.g. a vLLM
     engine with sleep mode on a GPU worker); ``prepare_policy(policy)`` runs after the LoRA init
     and before the optimizer is built (the Ray worker shards the policy there:
-    :func:`runners.dist.fsdp.shard_policy`); ``probe`` is None when ``loop.parity_every == 0``.
+    :func:`runners.distributed.fsdp.shard_policy`); ``probe`` is None when ``loop.parity_every == 0``.
     """
     if generator is None:
         generator = build_generator(config, model_dir, adapter, version=0)
-    sftmod.seed_everything(
-        config.loop.seed
-    )  # after the generator, whichever built it: the LoRA init is the same everywhere
+    seed_everything(config.loop.seed)  # after the generator, whichever built it: the LoRA init is the same everywhere
     policy = build_policy(config, model_dir, adapter)
     if prepare_policy is not None:
         policy = prepare_policy(policy)
@@ -260,7 +259,7 @@ def rl_start(
     base = prepare_base_model(config)
     if config.sft.enabled == "never":
         return base, None
-    found = None if config.sft.enabled == "always" else sftmod.find_sft_checkpoint(config)
+    found = None if config.sft.enabled == "always" else sft_result.find_sft_checkpoint(config)
     if found is None:
         found = run_sft(config, log=log, metrics=metrics)
     else:
@@ -273,7 +272,7 @@ def trained_model(config: TrainConfig, build_base: bool = True) -> tuple[Path, P
     training anything: what ``mazegym eval`` and ``export`` load. ``build_base=False`` only names the
     base model's directory (for a run whose base model must already exist)."""
     base = prepare_base_model(config) if build_base else base_model_dir(config)
-    found = sftmod.find_sft_checkpoint(config) if config.sft.enabled != "never" else None
+    found = sft_result.find_sft_checkpoint(config) if config.sft.enabled != "never" else None
     model, adapter = start_from(found, base)
     return model, adapter, found
 
@@ -423,7 +422,7 @@ def refuse_other_sft(config: TrainConfig, checkpoint: Path) -> None:
         return  # the checkpoint's own validity checks report a broken state.json
     if not isinstance(trained_on, str) or config.sft.enabled == "never":
         return
-    now = sftmod.start_fingerprint(config)
+    now = sft_result.start_fingerprint(config)
     if config.sft.checkpoint and now != trained_on:
         raise ConfigError(
             f"{checkpoint} was trained from another SFT model than sft.checkpoint={config.sft.checkpoint!r} holds "
@@ -432,15 +431,32 @@ def refuse_other_sft(config: TrainConfig, checkpoint: Path) -> None:
         )
     if now is None:
         raise ConfigError(
-            f"{checkpoint} was trained on the SFT result in {sftmod.sft_dir(config)}, which is missing or unfinished; "
-            "its adapter means nothing on another model. Restore that SFT result, or start a new run"
+            f"{checkpoint} was trained on the SFT result in {sft_result.sft_dir(config)}, which is missing or "
+            "unfinished; its adapter means nothing on another model. Restore that SFT result, or start a new run"
         )
     if now != trained_on:
         raise ConfigError(
-            f"{checkpoint} was trained on another SFT result than {sftmod.sft_dir(config)} holds now (fingerprint "
+            f"{checkpoint} was trained on another SFT result than {sft_result.sft_dir(config)} holds now (fingerprint "
             f"{trained_on[:12]}, now {now[:12]}): the SFT stage was rerun under it. Use the SFT result it was trained "
             "on, or start a new run"
         )
+
+
+def resume_point(config: TrainConfig, log: Callable[[str], None] = print) -> tuple[CheckpointManager, Path | None]:
+    """The run dir's checkpoint manager and the checkpoint a run of ``config`` resumes (None: a fresh start).
+
+    Raises the refusals that come before anything in the run dir changes: a checkpoint of another run dir, nothing
+    to resume under ``--resume latest``, an earlier run's checkpoints under a fresh start, a changed recipe or SFT
+    result under a resume. ``mazegym train --dry-run`` asks it too, so that it refuses what the run would refuse.
+    """
+    manager = CheckpointManager(
+        Path(config.run_dir) / "checkpoints", keep=config.checkpoint.keep, log=log, required=checkpoint_files(config)
+    )
+    resume_from = manager.start_run(config.checkpoint.resume)
+    if resume_from is not None:
+        refuse_changed_recipe(config, resume_from)
+        refuse_other_sft(config, resume_from)
+    return manager, resume_from
 
 
 def open_run(
@@ -454,13 +470,8 @@ def open_run(
     validate(config)
     set_threads(config)
     run_dir = Path(config.run_dir)
-    manager = CheckpointManager(
-        run_dir / "checkpoints", keep=config.checkpoint.keep, log=log, required=checkpoint_files(config)
-    )
-    resume_from = manager.start_run(config.checkpoint.resume)
+    manager, resume_from = resume_point(config, log)
     if resume_from is not None:
-        refuse_changed_recipe(config, resume_from)
-        refuse_other_sft(config, resume_from)
         manager.continue_from(resume_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_json(run_dir / "config.json", to_dict(config))

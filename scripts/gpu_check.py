@@ -171,7 +171,7 @@ PACKAGES = (
 
 @step("environment")
 def check_environment() -> str:
-    """Versions, the GPU and its memory, NCCL, and the FSDP2 methods runners.dist.fsdp calls."""
+    """Versions, the GPU and its memory, NCCL, and the FSDP2 methods runners.distributed.fsdp calls."""
     from importlib import metadata
 
     import torch
@@ -206,7 +206,7 @@ def check_environment() -> str:
         from torch.distributed.fsdp import FSDPModule
 
         lines.append(
-            "FSDPModule methods runners.dist.fsdp uses: "
+            "FSDPModule methods runners.distributed.fsdp uses: "
             + ", ".join(
                 f"{m} {'yes' if hasattr(FSDPModule, m) else 'MISSING'}"
                 for m in (
@@ -553,7 +553,7 @@ def one_update(policy, episodes, micro: int, checkpointing: bool) -> dict:
     import torch
 
     import algos
-    from runners.dist import fsdp
+    from runners.distributed import fsdp
 
     base = policy.model.get_base_model()
     if checkpointing:
@@ -597,7 +597,7 @@ def check_memory_8b(device: str, tiny_qwen3_vl: Path, config_path: str | None) -
 
     from algos.lora import LoRAConfig
     from algos.policies.lm import LoRALMPolicy
-    from runners.dist import fsdp
+    from runners.distributed import fsdp
     from runners.models.tiny import build_tokenizer
     from runners.rollout.generation.prompts import ChatEncoder, load_image_processor
 
@@ -735,6 +735,7 @@ def check_serve(device: str, tiny_qwen3_vl: Path, work: Path) -> str:
     import threading
 
     from runners.artifacts import serve as srv
+    from runners.artifacts.serve import client
     from runners.build import build_generator
 
     config = _tiny_qwen3_config(tiny_qwen3_vl, device, work / "serve-run", "loop.engine=hf")
@@ -748,7 +749,7 @@ def check_serve(device: str, tiny_qwen3_vl: Path, work: Path) -> str:
 
     def ask(frames: int) -> dict:
         messages = srv.to_openai_messages(_history_messages(frames))
-        return srv._request(url, {"model": srv.MODEL_NAME, "messages": messages, "max_tokens": 8, "temperature": 0})
+        return client._request(url, {"model": srv.MODEL_NAME, "messages": messages, "max_tokens": 8, "temperature": 0})
 
     t0 = time.perf_counter()
     answer = ask(FRAMES)["choices"][0]["message"]["content"]

@@ -8,14 +8,14 @@ PASS / FAIL / SKIP with the reason, then a JSON summary (``--json PATH``, defaul
     python scripts/gpu_ray_check.py --json gpu_ray_check.json
 
 1. ``environment``  torch sees a GPU (and NCCL); which of vllm / ray import.
-2. ``fsdp2_nccl``   ``runners.dist.fsdp`` on the NCCL backend (world size 1, in a child process): a bf16
+2. ``fsdp2_nccl``   ``runners.distributed.fsdp`` on the NCCL backend (world size 1, in a child process): a bf16
                     model with an fp32 LoRA sharded with FSDP2, one lockstep update (recomputed
                     old log-probs and a KL reference forward, two optimizer steps), the full
                     adapter gathered, written and loaded back into a fresh sharded policy. Needs
                     only CUDA. ``--cpu-rehearsal`` runs it on gloo + CPU where there is no GPU.
 3. ``vllm_sleep``   a vLLM engine with sleep mode frees GPU memory on ``sleep(level=1)`` and
                     samples again after ``wake_up()``.
-4. ``ray_runner``   ``runners.dist.ray_runner.train`` on 1 GPU: vLLM backend, NCCL process group,
+4. ``ray_runner``   ``runners.distributed.ray_runner.train`` on 1 GPU: vLLM backend, NCCL process group,
                     engine asleep during updates, adapter sync + parity probe every step.
 
 On a machine without a GPU (or without vllm / ray) every check that needs it is SKIPPED with
@@ -98,7 +98,7 @@ def build_tiny(out: Path) -> Path:
 
 
 def _fsdp2_child(model_dir: str, queue, backend: str = "nccl", device: str = "cuda") -> None:
-    """runners.dist.fsdp on one rank: shard a bf16 model with an fp32 LoRA (the GPU preset's dtypes), one
+    """runners.distributed.fsdp on one rank: shard a bf16 model with an fp32 LoRA (the GPU preset's dtypes), one
     lockstep update, gather the adapter, write it, load it into a fresh sharded policy."""
     import datetime
 
@@ -108,7 +108,7 @@ def _fsdp2_child(model_dir: str, queue, backend: str = "nccl", device: str = "cu
     import algos
     from algos.data import Episode, Turn
     from algos.policies.lm import LoRAConfig, LoRALMPolicy
-    from runners.dist import fsdp
+    from runners.distributed import fsdp
 
     try:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -185,7 +185,8 @@ def _free_port() -> int:
 
 
 def check_fsdp2_nccl(model_dir: Path, backend: str = "nccl", device: str = "cuda", timeout: float = 300) -> dict:
-    """runners.dist.fsdp (FSDP2 + PEFT LoRA, lockstep update, adapter gather/save/load) on NCCL, in a child process."""
+    """runners.distributed.fsdp (FSDP2 + PEFT LoRA, lockstep update, adapter gather/save/load) on NCCL, in a child
+    process."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -233,7 +234,7 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
     """The Ray runner end to end on 1 GPU with the vLLM backend."""
     import ray
 
-    from runners.dist import ray_runner
+    from runners.distributed import ray_runner
     from runners.config import apply_overrides
     from runners.config.presets import get_preset
 

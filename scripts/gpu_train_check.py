@@ -10,8 +10,8 @@ unless ``--strict`` and a step failed. ``--device cpu`` runs the same command li
 (the rehearsal that checks them); ``auto`` (the default) picks cuda when torch sees a GPU.
 
 Steps
-1. ``cli-train``: ``mazegym train`` (``python -m runners.cli train``) with the default preset
-   (``cpu-tiny``: a tiny Qwen2 text LM on 7x7 ASCII mazes) and ``model.device=DEVICE`` at a tiny
+1. ``cli-train``: ``mazegym train`` (``python -m runners.cli train``) with the ``cpu-tiny`` preset
+   (a tiny Qwen2 text LM on 7x7 ASCII mazes) and ``model.device=DEVICE`` at a tiny
    budget (:data:`TRAIN_BUDGET`: SFT 40 x 64 moves, 2 GRPO steps of 8 mazes x 8 rollouts with
    zero-variance filtering off and a 0.01 entropy bonus, so every update runs with a non-zero
    gradient even when every rollout fails, the parity probe after every sync, greedy evaluation

@@ -20,6 +20,8 @@ QUICK_MODULES = {
     "test_algos.py",
     "test_config.py",
     "test_layering.py",
+    "test_code_shape.py",
+    "test_drift.py",
     "test_branches.py",
     "test_metrics.py",
     "test_cli_arguments.py",

@@ -211,7 +211,7 @@ def test_submit_without_ray_is_one_line_naming_the_extra(monkeypatch, capsys):
 
 
 def test_ray_runner_without_ray_is_refused_by_the_dry_run_and_the_run(monkeypatch, capsys, tmp_path):
-    _without(monkeypatch, "ray", "ray.job_submission", "runners.dist.ray_runner")
+    _without(monkeypatch, "ray", "ray.job_submission", "runners.distributed.ray_runner")
     argv = ["train", "--preset", "cpu-tiny", "runner.kind=ray", f"run_dir={tmp_path / 'r'}"]
     code, out, err = _run_main([*argv[:1], "--dry-run", *argv[1:]], capsys)
     assert code == 0 and "All checks passed" not in out

@@ -41,10 +41,11 @@ def job_config():
     """The TrainConfig and RayConfig the RayJob's entrypoint resolves to (exactly as the runner builds them)."""
     pytest.importorskip("ray")
     from runners import cli
-    from runners.dist import ray_runner
+    from runners.commands.run_config import build_config
+    from runners.distributed import ray_runner
 
     argv = ["train", *entrypoint_argv()]
-    config = cli.build_config(cli.build_parser(argv).parse_args(argv))
+    config = build_config(cli.build_parser(argv).parse_args(argv))
     return config, ray_runner.ray_config_from(config)
 
 
@@ -140,7 +141,7 @@ def test_rayjob_tears_down_and_points_the_model_path_at_shared():
 
 
 def test_grafana_dashboard_queries_only_exported_metrics():
-    from runners.dist.prometheus import PROMETHEUS_METRICS
+    from runners.distributed.prometheus import PROMETHEUS_METRICS
 
     dash = json.loads((DEPLOY / "grafana" / "mazegym-ray-dashboard.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]

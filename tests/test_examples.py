@@ -118,6 +118,8 @@ def test_race_oracle_wins(tmp_path):
     out = run_example("07_race.py", "--smoke", "--out", str(tmp_path), cwd=tmp_path)
     assert "'agent_0': 3" in out
     assert_image(tmp_path / "07_race.gif", frames=3)
+    with Image.open(tmp_path / "07_race.gif") as gif:
+        assert gif.size[1] > gif.size[0]  # the square maze over its legend of the discs' colours
 
 
 @pytest.mark.parametrize("obs_mode", ["both", "text"])

@@ -1,4 +1,4 @@
-"""runners.dist.fsdp on 2 gloo ranks (spawned processes, no Ray): a sharded LoRA policy trained in lockstep
+"""runners.distributed.fsdp on 2 gloo ranks (spawned processes, no Ray): a sharded LoRA policy trained in lockstep
 on unequal per-rank data gives every rank the same adapter, equal to a single process applying the
 documented gradient semantics (mean over the ranks with data, then global-norm clipping, then AdamW),
 also for a VLM whose image turns live on one rank only; and the gathered adapter / optimizer state
@@ -128,8 +128,8 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str, queue) -> Non
     try:
         import torch.distributed as dist
 
-        from runners.dist import fsdp
-        from runners.dist.ray_runner import init_process_group
+        from runners.distributed import fsdp
+        from runners.distributed.ray_runner import init_process_group
 
         torch.set_num_threads(1)
         init_process_group(rank, 2, "127.0.0.1", port, "gloo", 120)

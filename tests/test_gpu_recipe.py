@@ -46,7 +46,7 @@ def test_gradient_checkpointing_reaches_the_policy_before_it_is_sharded(tiny_tex
 
     seen = {}
 
-    def shard(policy):  # where the Ray worker calls runners.dist.fsdp.shard_policy
+    def shard(policy):  # where the Ray worker calls runners.distributed.fsdp.shard_policy
         seen["checkpointing"] = policy.model.get_base_model().is_gradient_checkpointing
         return policy
 
@@ -153,7 +153,7 @@ def _model(vision_trains: bool = False, saved_module: bool = False, critic: bool
 
 
 def test_fsdp_start_without_the_switch_is_quiet_when_every_pass_trains_every_parameter():
-    from runners.dist.fsdp import reduce_unused_gradients
+    from runners.distributed.fsdp import reduce_unused_gradients
 
     units = [Unit(has_switch=False), Unit(has_switch=False)]
     with warnings.catch_warnings():
@@ -168,7 +168,7 @@ def test_fsdp_start_without_the_switch_is_quiet_when_every_pass_trains_every_par
     ids=["vision", "saved", "critic"],
 )
 def test_fsdp_switch_is_required_and_set_when_a_pass_may_leave_parameters_unused(model):
-    from runners.dist.fsdp import reduce_unused_gradients
+    from runners.distributed.fsdp import reduce_unused_gradients
 
     with pytest.raises(RuntimeError, match="set_reduce_scatter_unused_params.*modules_to_save or a critic"):
         reduce_unused_gradients([Unit(has_switch=False)], model, ranks=2)
@@ -180,7 +180,7 @@ def test_fsdp_switch_is_required_and_set_when_a_pass_may_leave_parameters_unused
 # ----------------------------------------------------------------------------- waking a colocated engine
 def test_engine_wake_releases_the_trainers_cached_cuda_blocks_first(monkeypatch):
     pytest.importorskip("ray")
-    from runners.dist import ray_runner
+    from runners.distributed import ray_runner
 
     calls = []
     monkeypatch.setattr("gc.collect", lambda: calls.append("gc"))
@@ -202,7 +202,7 @@ def test_engine_wake_releases_the_trainers_cached_cuda_blocks_first(monkeypatch)
 # ----------------------------------------------------------------------------- parity failures on the Ray runner
 def test_stale_weights_on_a_worker_reach_the_driver_as_themselves():
     ray = pytest.importorskip("ray")
-    from runners.dist.ray_runner import _stale_weights_named
+    from runners.distributed.ray_runner import _stale_weights_named
     from runners.train.parity import StaleWeightsError
 
     wrapped = ray.exceptions.RayTaskError("load_published", "Traceback ...", StaleWeightsError("serves version 1"))

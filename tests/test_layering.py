@@ -305,11 +305,13 @@ RUNNERS_LAYERS = [
     ("runners.config",),
     ("runners.train",),
     ("runners.build",),
-    ("runners.local", "runners.dist", "runners.artifacts", "runners.bench"),
+    ("runners.local", "runners.distributed", "runners.artifacts", "runners.bench"),
+    ("runners.commands",),
     ("runners.cli",),
 ]
 """The order of the runners subpackages, lowest first: a module may import units of lower layers and its own
-unit, never a higher layer or another unit of its layer (env -> rollout -> config -> train -> build -> runners)."""
+unit, never a higher layer or another unit of its layer (env -> rollout -> config -> train -> build -> runners ->
+commands -> cli)."""
 
 
 def _unit(module: str) -> tuple[int, str] | None:

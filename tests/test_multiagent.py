@@ -64,3 +64,28 @@ def test_truncation_at_move_limit():
         _, rewards, terms, truncs, _ = env.step({a: 0 for a in env.agents})
         assert not any(terms.values()) and all(truncs.values()) == (t == 2) and sum(rewards.values()) == 0.0
     assert env.agents == []
+
+
+def test_the_race_legend_names_each_agents_colour_and_is_drawn_under_the_frame():
+    from mazegym.recording import with_legend
+    from mazegym.render import AGENT_RGB, GOAL_RGB, OTHER_AGENT_RGB
+
+    env = VisMazeRace(n_agents=3, size=9, render_mode="rgb_array")
+    env.reset(seed=0)
+    entries = env.legend(names={"agent_0": "oracle"})
+    assert entries == [
+        (AGENT_RGB, "agent_0 (oracle)"),
+        (OTHER_AGENT_RGB, "agent_1"),
+        (OTHER_AGENT_RGB, "agent_2"),
+        (GOAL_RGB, "goal"),
+    ]
+    assert env.legend(viewer="agent_1")[:2] == [(OTHER_AGENT_RGB, "agent_0"), (AGENT_RGB, "agent_1")]
+    frame = env.render()
+    framed = with_legend(frame, entries)
+    assert framed.shape[1] == frame.shape[1] and framed.shape[0] > frame.shape[0]
+    assert np.array_equal(framed[: frame.shape[0]], frame)
+    strip = framed[frame.shape[0] :]
+    for rgb, _ in entries:  # a swatch of each colour ...
+        assert (strip == rgb).all(axis=-1).any(), rgb
+    assert (strip < 100).all(axis=-1).any()  # ... and the names, in black
+    assert (with_legend(env.render(), entries).shape) == framed.shape  # every frame of a GIF gets the same legend

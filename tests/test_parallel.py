@@ -67,7 +67,8 @@ def test_sft_batches_on_two_threads_match_one(tmp_path, stage):
     from runners.rollout.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer
     from runners.models.tiny import build_maze_vlm
     from runners.train.demos import demo_turns
-    from runners.train.sft import pretrain_vision, train_sft
+    from runners.models.vision_pretraining import pretrain_vision
+    from runners.train.sft import train_sft
     from transformers import AutoModelForImageTextToText
 
     model_dir = build_maze_vlm(

@@ -19,9 +19,9 @@ import pytest
 
 ray = pytest.importorskip("ray")  # the Ray runner module is built on ray
 
-from runners.dist import ray_runner  # noqa: E402
+from runners.distributed import ray_runner  # noqa: E402
 from sft_cache import cached_sft_model  # noqa: E402
-from runners.dist.ray_runner import PADDING_KEY, merge_update_metrics, padding_passes, split_evenly  # noqa: E402
+from runners.distributed.ray_runner import PADDING_KEY, merge_update_metrics, padding_passes, split_evenly  # noqa: E402
 
 
 # ------------------------------------------------------------------ pure helpers (no Ray)

@@ -25,6 +25,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from runners import cli  # noqa: E402
+from runners.commands import run_config  # noqa: E402
 
 FIRST = 4
 """Mazes of the fixed set played over HTTP."""
@@ -115,7 +116,7 @@ def _in_process(run: Path, set_name: str, stop: int):
         preset=None, config=[], run_dir=str(run), overrides=[], model=None, adapter=None, checkpoint=None
     )
     args.command = "eval"
-    config = cli.eval_config(args)
+    config = run_config.eval_config(args)
     weights = resolve_weights(config)
     generator = build_generator(config, weights.model_dir, weights.adapter)
     with vision_iterations_for(generator, config, set_name):

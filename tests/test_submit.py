@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.dist import submit
+from runners.commands import submit as submit_command
+from runners.distributed import submit
 
 
 def test_entrypoint_runs_mazegym_train_on_ray_with_quoted_args():
@@ -77,7 +78,7 @@ def test_submit_subcommand_plugs_into_a_subparsers_tree():
 
     parser = argparse.ArgumentParser(prog="mazegym")
     sub = parser.add_subparsers(dest="command")
-    submit.add_submit_command(sub)
+    submit_command.add_parser(sub, [])
     ns = parser.parse_args(["submit", "--address", "http://h:8265", "--", "--preset", "cpu-tiny", "loop.steps=2"])
     assert ns.func is submit.run_submit_args
     cfg, train_args = submit.config_from_args(ns)

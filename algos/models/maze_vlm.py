@@ -64,9 +64,10 @@ agent's cell, whatever the maze's size), and how the recurrent block updates its
 candidate, bounded, so it stays stable when run for more iterations than it was trained with), and whether it has a
 second pretraining head, ``path_head``: per cell, is the cell on the shortest path from the agent to the goal, and how a
 model built from code initialises the encoder's layers ("lm": as the decoder's, normal with the config's
-``initializer_range``; "pytorch": PyTorch's default layer init), and how the encoder finds the agent's cell ("learned": a
-saliency read from each cell's pixels, which SFT's localisation loss teaches; "colour": a fixed match of each cell's
-pixels against ``agent_rgb``, the colour the env draws the agent in, an architectural prior that needs no label)."""
+``initializer_range``; "pytorch": PyTorch's default layer init), and how the encoder finds the agent's cell
+("learned": a saliency read from each cell's pixels, which SFT's localisation loss teaches; "colour": a fixed match of
+each cell's pixels against ``agent_rgb``, the colour the env draws the agent in, an architectural prior that needs no
+label)."""
 
 COLOUR_MATCH_SCALE = 40.0
 """Logit per unit of RGB distance (pixels in [-0.5, 0.5]) of the "colour" locator: a floor or wall pixel's distance

@@ -332,9 +332,9 @@ class LoRALMPolicy:
         if self.image_processor is None:
             raise ValueError("turns carry images but this policy has no image_processor (load a VLM directory)")
         if getattr(self.image_processor, "accepts_arrays", False):  # frames as they are (no PIL round trip)
-            images = [img if is_rgb_frame(img) else _to_pil(img) for t in turns for img in t.images]
+            images = [img if is_rgb_frame(img) else to_pil(img) for t in turns for img in t.images]
         else:
-            images = [_to_pil(img) for t in turns for img in t.images]
+            images = [to_pil(img) for t in turns for img in t.images]
         processed = self.image_processor(images=images, return_tensors="pt")
         return {k: v for k, v in processed.items() if isinstance(v, torch.Tensor)}
 
@@ -352,7 +352,7 @@ class LoRALMPolicy:
 
     def image_token_count(self, image: Any) -> int:
         """How many image placeholder tokens the prompt needs for ``image`` (the processor's count / merge^2)."""
-        width, height = _to_pil(image).size
+        width, height = to_pil(image).size
         merge = getattr(self.image_processor, "merge_size", 2)
         return int(self.image_processor.get_number_of_image_patches(height, width, {})) // (merge * merge)
 
@@ -444,13 +444,13 @@ def check_adapter_keys(expected: Iterable[str], found: Iterable[str], source: An
 
 
 def is_rgb_frame(image: Any) -> bool:
-    """An HxWx3 uint8 array: what the env renders, and what :func:`_to_pil` would pass on unchanged."""
+    """An HxWx3 uint8 array: what the env renders, and what :func:`to_pil` would pass on unchanged."""
     import numpy as np
 
     return isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
 
 
-def _to_pil(image: Any):
+def to_pil(image: Any):
     """HxWx3 uint8 array (or a PIL image) -> PIL image."""
     from PIL import Image
 

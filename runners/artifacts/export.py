@@ -23,7 +23,7 @@ from runners.train.run_lock import run_dir_lock
 from runners.build import resolve_weights
 from runners.config import TrainConfig
 from runners.config.derived import rollout_config
-from runners.artifacts.serve import serving_markdown
+from runners.artifacts.serve.serving_doc import serving_markdown
 
 
 def export(

@@ -398,28 +398,35 @@ def _success_caption(config: dict[str, Any] | None, has_greedy_start: bool) -> s
 
 def chart_plan(records: Sequence[dict[str, Any]], config: dict[str, Any] | None = None) -> list[Chart]:
     """The charts the metrics allow, leaving out panels that do not apply to the run's recipe (``config``)."""
-    charts = []
+    charts = _success_charts(records, config) + _training_charts(records, config) + _timing_charts(records, config)
+    return charts + _supervised_charts(records)
+
+
+def _success_charts(records: Sequence[dict[str, Any]], config: dict[str, Any] | None) -> list[Chart]:
+    """The training success beside the eval solve rate (none when no rate was logged)."""
     rate_names = {
         "rollout/success_rate": "training episodes (sampled)",
         "rollout/greedy_start_success": "training mazes, greedy from the start",
         "eval/solve_rate": "eval set (greedy)",
     }
-    branching = _branches(config)
-    if branching:
+    if _branches(config):
         rate_names["rollout/success_rate"] = "training branches"
     if _setting(config, "eval", "temperature", 0.0):
         rate_names["eval/solve_rate"] = "eval set (sampled)"
     rates = [(name, *_series(records, key)) for key, name in rate_names.items()]
     rates = [r for r in rates if r[1]]
-    if rates:
-        has_greedy_start = any(r[0] == rate_names["rollout/greedy_start_success"] for r in rates)
-        panel = Panel("Training success and eval solve rate", "share that reached the goal", rates, ylim=(-0.02, 1.02))
-        charts.append(
-            Chart(
-                "Success: training episodes and the fixed eval set", [panel], _success_caption(config, has_greedy_start)
-            )
-        )
-    left_out = {"rollout/spl"} if branching else set()  # one-move branches have no path whose length SPL could weigh
+    if not rates:
+        return []
+    has_greedy_start = any(r[0] == rate_names["rollout/greedy_start_success"] for r in rates)
+    panel = Panel("Training success and eval solve rate", "share that reached the goal", rates, ylim=(-0.02, 1.02))
+    caption = _success_caption(config, has_greedy_start)
+    return [Chart("Success: training episodes and the fixed eval set", [panel], caption)]
+
+
+def _training_charts(records: Sequence[dict[str, Any]], config: dict[str, Any] | None) -> list[Chart]:
+    """Return and reward spread; the policy's KL, entropy and clipping."""
+    charts = []
+    left_out = {"rollout/spl"} if _branches(config) else set()  # one-move branches have no path SPL could weigh
     for heading, keys in (
         ("Return and reward spread", ("train/return_mean", "train/reward_var_mean", "rollout/spl")),
         ("Policy: KL, entropy, clipping", ("train/approx_kl", "train/kl", "train/entropy", "train/clip_frac")),
@@ -438,45 +445,55 @@ def chart_plan(records: Sequence[dict[str, Any]], config: dict[str, Any] | None 
             )
         if panels:
             charts.append(Chart(heading, panels, caption))
+    return charts
+
+
+def _timing_charts(records: Sequence[dict[str, Any]], config: dict[str, Any] | None) -> list[Chart]:
+    """Seconds per RL step, by phase (none when no timing was logged)."""
     rl = [r for r in records if r.get("phase") == "rl"]
     time_keys = sorted({k for r in rl for k in r if k.startswith("time/")})
-    if time_keys:
-        lines = [(k.split("/", 1)[1], *_series(rl, k)) for k in time_keys]
-        parity = _setting(config, "loop", "parity_every", 0)
-        caption = "Sync publishes the new adapter to the generator"
-        caption += f" and, every {parity} steps, runs the parity probe." if parity else "."
-        if "time/eval" in time_keys or "time/checkpoint" in time_keys:
-            caption += " The eval and checkpoint phases take time only on the steps that evaluate or save."
-        charts.append(
-            Chart(
-                "Seconds per RL step, by phase",
-                [Panel("Wall time of each phase", "seconds", lines)],
-                caption,
-            )
-        )
-    for phase, heading, keys in (
+    if not time_keys:
+        return []
+    lines = [(k.split("/", 1)[1], *_series(rl, k)) for k in time_keys]
+    parity = _setting(config, "loop", "parity_every", 0)
+    caption = "Sync publishes the new adapter to the generator"
+    caption += f" and, every {parity} steps, runs the parity probe." if parity else "."
+    if "time/eval" in time_keys or "time/checkpoint" in time_keys:
+        caption += " The eval and checkpoint phases take time only on the steps that evaluate or save."
+    return [Chart("Seconds per RL step, by phase", [Panel("Wall time of each phase", "seconds", lines)], caption)]
+
+
+SUPERVISED_PANELS = (
+    (
+        "vision",
+        "Vision pretraining",
         (
-            "vision",
-            "Vision pretraining",
-            (
-                ("vision_loss", "Vision pretraining loss", "loss"),
-                ("vision_move_accuracy", "Vision pretraining: move accuracy", "accuracy"),
-            ),
+            ("vision_loss", "Vision pretraining loss", "loss"),
+            ("vision_move_accuracy", "Vision pretraining: move accuracy", "accuracy"),
         ),
-        ("sft", "Supervised fine-tuning (SFT)", (("loss", "SFT loss", "cross-entropy loss"),)),
-    ):
+    ),
+    ("sft", "Supervised fine-tuning (SFT)", (("loss", "SFT loss", "cross-entropy loss"),)),
+)
+"""(phase, heading, (metric, panel title, y label) ...) of the supervised stages' charts."""
+
+
+def _supervised_charts(records: Sequence[dict[str, Any]]) -> list[Chart]:
+    """Vision pretraining and SFT: their losses and accuracy against their own steps."""
+    charts = []
+    for phase, heading, keys in SUPERVISED_PANELS:
         panels = []
         for key, title, ylabel in keys:
             xs, ys = _phase_series(records, key, (phase,))
             if xs:
                 loss = key.endswith("loss")
+                log = _log_axis(ys, loss=loss) or (key == "vision_loss" and min(ys) > 0)
                 panels.append(
                     Panel(
                         title,
                         ylabel,
                         [(key, xs, ys)],
                         xlabel=f"{phase} step",
-                        log=_log_axis(ys, loss=loss) or (key == "vision_loss" and min(ys) > 0),
+                        log=log,
                         ylim=None if loss else (-0.02, 1.02),
                     )
                 )

@@ -130,8 +130,8 @@ TRACKS: dict[str, Track] = {
 """Every track, by name."""
 
 DEFAULT_TRACKS = ("trees", "loops", "long", "text")
-"""What ``mazegym bench`` runs without ``--tracks``. ``scratch`` is left out: at its budget every algorithm stays at 0%
-(the preset's own run first solves mazes after 20-25 steps of 64 mazes; docs/rl-earns-its-lift.md), so it ranks
+"""What ``mazegym bench`` runs without ``--tracks``. ``scratch`` is left out: at its budget no algorithm leaves its
+starting solve rate (docs/rl-earns-its-lift.md says when the preset's own run starts solving mazes), so it ranks
 nothing."""
 
 SMOKE_SETTINGS = (

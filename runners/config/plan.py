@@ -45,13 +45,10 @@ def _sft_stage(config: TrainConfig) -> str:
     return f"SFT ({vision}{sft.mode}, {sft.steps} steps x {sft.batch_size} moves)"
 
 
-def describe_plan(config: TrainConfig, notes: Sequence[str] = ()) -> str:
-    """What ``mazegym train --dry-run`` prints: ``config`` validated without loading a model or needing a GPU (a
-    ``ConfigError`` otherwise), the run it describes phase by phase, its resolved settings and warnings about this
-    machine (``notes``: lines saying what resolving the config changed beyond the user's settings)."""
-
+def machine_warnings(config: TrainConfig) -> list[str]:
+    """What this machine lacks for a real run of ``config``: the model files, GPUs, optional packages (a dry run
+    only warns about them)."""
     problems = []
-    validate(config, need_model=False)
     model_ok = not config.model.path or (Path(config.model.path).expanduser() / "config.json").is_file()
     if not model_ok:
         problems.append(
@@ -74,6 +71,15 @@ def describe_plan(config: TrainConfig, notes: Sequence[str] = ()) -> str:
     ):
         if module is not None and not installed(module):
             problems.append(f"{setting} needs {module}, which is not installed here: {INSTALL_HINTS[module]}")
+    return problems
+
+
+def describe_plan(config: TrainConfig, notes: Sequence[str] = ()) -> str:
+    """What ``mazegym train --dry-run`` prints: ``config`` validated without loading a model or needing a GPU (a
+    ``ConfigError`` otherwise), the run it describes phase by phase, its resolved settings and warnings about this
+    machine (``notes``: lines saying what resolving the config changed beyond the user's settings)."""
+    validate(config, need_model=False)
+    problems = machine_warnings(config)
     r, loop = config.rollout, config.loop
     collector = collectors.of(r)
     lines = [

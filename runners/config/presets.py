@@ -1,16 +1,11 @@
 """Named presets: complete, validated starting points for ``mazegym train --preset NAME``.
 
 Each preset is a YAML file in ``runners/presets/`` (``NAME.yaml``), nested like the config sections and read
-the way a ``--config`` file is; its opening comment says what it runs. A preset may start from another
-(``extends: NAME``) and may read an environment variable with OmegaConf's ``${oc.env:VAR,default}``
-(``qwen3-vl-8b-lora32`` finds the local Qwen3-VL-8B directory that way). The presets:
-
-* ``cpu-maze-vlm`` (the default): the case study in miniature, MazeVLM on VisMaze-v0's images, SFT then LoRA
-  GRPO on branching rollouts for 40 steps; its measured lift is in the README ("The main job").
-* ``smoke``: ``cpu-maze-vlm`` with budgets of a few steps (a check that everything runs).
-* ``cpu-tiny``: a tiny Qwen2 text LM on 7x7 ASCII mazes (the text contrast).
-* ``cpu-tiny-vlm``: ``cpu-tiny`` with a tiny Qwen2-VL reading the image.
-* ``qwen3-vl-8b-lora32``: the case study's recipe on 6 GPUs (Ray runner, colocated vLLM engines).
+the way a ``--config`` file is; its opening comment says what it runs, and its first sentence is what
+``mazegym presets`` lists (:func:`describe_preset`), so the files are the one place that describes them. A preset
+may start from another (``extends: NAME``) and may read an environment variable with OmegaConf's
+``${oc.env:VAR,default}`` (``qwen3-vl-8b-lora32`` finds the local Qwen3-VL-8B directory that way).
+:data:`DEFAULT_PRESET` is the one ``mazegym train`` runs without ``--preset``.
 """
 
 from __future__ import annotations
@@ -32,6 +27,7 @@ QWEN3_VL_8B_PATH_ENV = "MAZEGYM_QWEN3_VL_8B"
 """Environment variable naming the local Qwen3-VL-8B directory (default /models/Qwen3-VL-8B-Instruct)."""
 
 DEFAULT_PRESET = "cpu-maze-loops"
+"""The preset ``mazegym train`` runs without ``--preset``: the main job."""
 
 
 def preset_data(name: str) -> dict[str, Any]:

@@ -306,7 +306,7 @@ class RunnerConfig:
     """Where the step loop runs."""
 
     kind: str = "local"
-    """"local" (this process) or "ray" (runners.dist.ray_runner: placement and transport over a Ray cluster)."""
+    """"local" (this process) or "ray" (runners.distributed.ray_runner: placement and transport over a Ray cluster)."""
     num_gpus: int = 0
     """GPUs the run needs in total (checked by --dry-run against what is visible); the Ray runner splits them
     evenly over its workers."""

@@ -258,7 +258,7 @@ def eval_rollout_config(base: RolloutConfig, set_name: str, temperature: float =
 
 
 EVAL_BATCH = 128
-"""Mazes an evaluation plays at once: bounds its memory (the 1000 mazes of ``fresh-9x9`` at once took ~2.3 GB)."""
+"""Mazes an evaluation plays at once: bounds its memory (a large set played at once holds every maze's frames)."""
 
 
 def play_eval_mazes(

@@ -47,7 +47,7 @@ import algos
 from mazegym.evalsets import MazeStream
 from runners.atomic import replace_dir, temp_dir_beside, write_text
 from runners.config import TrainConfig, to_dict
-from runners.train.sft import start_fingerprint
+from runners.train.sft_result import start_fingerprint
 
 MANIFEST = "manifest.json"
 LATEST = "latest"

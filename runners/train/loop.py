@@ -7,7 +7,7 @@ bookkeeping (step counter, eval history, progress bar, deadline, interruption, m
 records); *where* each phase runs is a :class:`StepExecutor`'s business:
 
 * :class:`runners.local.LocalExecutor` runs every phase in this process;
-* :class:`runners.dist.ray_runner.RayExecutor` fans phases out to the worker group (placement and
+* :class:`runners.distributed.ray_runner.RayExecutor` fans phases out to the worker group (placement and
   transport only) and adds its own metrics through :meth:`StepExecutor.step_extras`.
 
 So the local and Ray runners log the same keys, checkpoint at the same steps and evaluate
@@ -327,41 +327,14 @@ def _run_steps(
         while state.step < final_step:
             step = state.step + 1
             timer = PhaseTimer()
-            extra: dict[str, float] = {}
-            with timer.phase("generate"):
-                if ahead is not None and ahead.step == step:
-                    episodes, seconds = ahead.result()
-                    if ahead.concurrent:  # it ran beside the previous update: not part of any step's wall time
-                        extra = {"time/generate_ahead": seconds}
-                else:
-                    episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
+            episodes, extra = _generate(config, executor, stream, step, ahead, timer)
             ahead = None
-            versions = [e.weights_version for e in episodes if e.weights_version is not None]
-            if versions:  # updates the rollouts' weights are behind the policy about to train on them
-                extra["rollout/staleness"] = float(step - 1 - min(versions))
             # The stream right after this step's mazes is what a checkpoint of this step holds; read it before
             # the next step's mazes are drawn for the collection ahead.
             stream_state = stream.state_dict() if config.loop.overlap_generation else None
-            if config.loop.overlap_generation and not checkpoint_due(config, step):
-                mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
-                concurrent = bool(getattr(executor, "concurrent_generation", False))
-                with contextlib.nullcontext() if concurrent else timer.phase("generate"):  # one after the other: timed
-                    ahead = CollectAhead(executor, mazes, step + 1, concurrent)
-            with timer.phase("score"):
-                roll = rollout_metrics(episodes)
-            with timer.phase("update"):
-                upd = executor.update(episodes)
-            if ahead is not None:
-                with timer.phase("wait_ahead"):  # the engine's weights must not change under the collection
-                    ahead.wait()
-            with timer.phase("sync"):
-                syn = executor.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
-            record = {
-                **{f"rollout/{k}": v for k, v in roll.items()},
-                **{f"train/{k}": v for k, v in upd.items()},
-                **syn,
-                **extra,
-            }
+            ahead = _collect_ahead(config, executor, stream, step, timer)
+            roll, record = _learn(config, executor, step, episodes, ahead, timer)
+            record.update(extra)
             env_turns = state.env_turns + int(roll.get("env_turns", 0))
             record["rollout/env_turns_total"] = float(env_turns)
             capped = deadline is not None and time.perf_counter() > deadline and step < config.loop.steps
@@ -370,41 +343,23 @@ def _run_steps(
             if capped:
                 record["loop/time_capped"] = 1.0
             if done or (config.eval.every and step % config.eval.every == 0):
-                with timer.phase("eval"):
-                    res = evaluate_and_record(executor, config.maze.eval_set, run_dir, step, "rl", metrics, grid=True)
+                res = _evaluate(config, executor, run_dir, step, metrics, state, record, timer)
                 last_eval = res["solve_rate"]
-                state.history.append({"step": step, "solve_rate": last_eval})
-                record.update(eval_fields(res))
                 if done:
                     after = res
+            stream_state = stream.state_dict() if stream_state is None else stream_state
             if done or checkpoint_due(config, step):
-                # saved with the checkpoint: a kill before metrics.log loses nothing
-                unlogged = {**record, **timer.peek()}
-                with timer.phase("checkpoint"):
-                    executor.checkpoint(
-                        step,
-                        stream.state_dict() if stream_state is None else stream_state,
-                        {
-                            "before": state.before,
-                            "eval_history": state.history,
-                            "record": unlogged,
-                            "env_turns": env_turns,
-                        },
-                    )
+                _checkpoint(executor, step, stream_state, state, record, env_turns, timer)
             timings = timer.pop()
             record.update(timings)
             record.update(executor.step_extras(step, record, timings, len(episodes)))
             metrics.log(step, record, phase="rl")
-            state.step, state.stream = step, stream.state_dict() if stream_state is None else stream_state
-            state.env_turns = env_turns
+            state.step, state.stream, state.env_turns = step, stream_state, env_turns
             progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
             ran += 1
             if done:
                 final_step = step
-                if capped:
-                    state.capped = {"step": step, "planned": config.loop.steps, "minutes": config.loop.max_minutes}
-                elif spent:
-                    state.turn_budget = {"step": step, "planned": config.loop.steps, "turns": config.loop.max_env_turns}
+                _note_early_end(config, state, step, capped, spent)
                 break
             if stop_after is not None and ran >= stop_after:
                 return True, None, step
@@ -412,6 +367,100 @@ def _run_steps(
         if ahead is not None:  # a run that stops (done by the cap, interrupted, failed) drops the collection
             ahead.wait()
     return False, after, final_step
+
+
+def _generate(
+    config: Any, executor: StepExecutor, stream: Any, step: int, ahead: CollectAhead | None, timer: PhaseTimer
+) -> tuple[list[Any], dict[str, float]]:
+    """Step ``step``'s episodes (collected ahead during the previous step, else now) and the records that
+    collection adds (time spent ahead, the rollouts' staleness)."""
+    extra: dict[str, float] = {}
+    with timer.phase("generate"):
+        if ahead is not None and ahead.step == step:
+            episodes, seconds = ahead.result()
+            if ahead.concurrent:  # it ran beside the previous update: not part of any step's wall time
+                extra = {"time/generate_ahead": seconds}
+        else:
+            episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
+    versions = [e.weights_version for e in episodes if e.weights_version is not None]
+    if versions:  # updates the rollouts' weights are behind the policy about to train on them
+        extra["rollout/staleness"] = float(step - 1 - min(versions))
+    return episodes, extra
+
+
+def _collect_ahead(
+    config: Any, executor: StepExecutor, stream: Any, step: int, timer: PhaseTimer
+) -> CollectAhead | None:
+    """With ``loop.overlap_generation``, the next step's collection started now (None when off, or when this step
+    checkpoints: a checkpoint holds no collection in flight)."""
+    if not config.loop.overlap_generation or checkpoint_due(config, step):
+        return None
+    mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
+    concurrent = bool(getattr(executor, "concurrent_generation", False))
+    with contextlib.nullcontext() if concurrent else timer.phase("generate"):  # one after the other: timed
+        return CollectAhead(executor, mazes, step + 1, concurrent)
+
+
+def _learn(
+    config: Any, executor: StepExecutor, step: int, episodes: list[Any], ahead: CollectAhead | None, timer: PhaseTimer
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Score, update and sync on ``episodes``; returns (rollout metrics, the step's record so far)."""
+    with timer.phase("score"):
+        roll = rollout_metrics(episodes)
+    with timer.phase("update"):
+        upd = executor.update(episodes)
+    if ahead is not None:
+        with timer.phase("wait_ahead"):  # the engine's weights must not change under the collection
+            ahead.wait()
+    with timer.phase("sync"):
+        syn = executor.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
+    record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}
+    return roll, record
+
+
+def _evaluate(
+    config: Any,
+    executor: StepExecutor,
+    run_dir: Path,
+    step: int,
+    metrics: Any,
+    state: LoopState,
+    record: dict[str, Any],
+    timer: PhaseTimer,
+) -> dict[str, Any]:
+    """Evaluate on the fixed set after step ``step``: its summary, added to the history and to ``record``."""
+    with timer.phase("eval"):
+        res = evaluate_and_record(executor, config.maze.eval_set, run_dir, step, "rl", metrics, grid=True)
+    state.history.append({"step": step, "solve_rate": res["solve_rate"]})
+    record.update(eval_fields(res))
+    return res
+
+
+def _checkpoint(
+    executor: StepExecutor,
+    step: int,
+    stream_state: dict[str, Any],
+    state: LoopState,
+    record: dict[str, Any],
+    env_turns: int,
+    timer: PhaseTimer,
+) -> None:
+    """Checkpoint step ``step`` with its record (saved with the checkpoint: a kill before metrics.log loses nothing)."""
+    unlogged = {**record, **timer.peek()}
+    with timer.phase("checkpoint"):
+        executor.checkpoint(
+            step,
+            stream_state,
+            {"before": state.before, "eval_history": state.history, "record": unlogged, "env_turns": env_turns},
+        )
+
+
+def _note_early_end(config: Any, state: LoopState, step: int, capped: bool, spent: bool) -> None:
+    """Record in ``state`` why a run ended before ``loop.steps``: the time cap or the environment-turn budget."""
+    if capped:
+        state.capped = {"step": step, "planned": config.loop.steps, "minutes": config.loop.max_minutes}
+    elif spent:
+        state.turn_budget = {"step": step, "planned": config.loop.steps, "turns": config.loop.max_env_turns}
 
 
 def finish_run(
@@ -426,13 +475,7 @@ def finish_run(
     t_start: float,
 ) -> RunResult:
     """Final adapter, held-out evaluations, ``eval_results.json``, the case-study table and artifact paths."""
-    final_adapter = run_dir / "final_adapter"
-    staging = atomic.temp_dir_beside(final_adapter)
-    try:
-        executor.save_adapter(staging)
-        atomic.replace_dir(staging, final_adapter)  # a crash leaves the previous final adapter, never an empty one
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    final_adapter = _save_final_adapter(executor, run_dir)
     heldout = {
         name: evaluate_and_record(executor, name, run_dir, final_step, "heldout") for name in config.maze.heldout_sets
     }
@@ -463,6 +506,43 @@ def finish_run(
         if state.before is not None:
             final["eval_solve_rate_before"] = state.before["solve_rate"]
         metrics.log_hparams(_hparams(config), final)
+    table = _final_table(config, state, after, final_step, heldout, timing, results["peak_rss_gb"])
+    artifacts = {
+        "run_dir": str(run_dir),
+        **extra_artifacts,
+        "final_adapter": str(final_adapter),
+        "checkpoints": str(manager.root),
+        "metrics_jsonl": str(metrics.jsonl_path),
+        "tensorboard": str(run_dir / "tensorboard"),
+        "eval_results": str(run_dir / "eval_results.json"),
+        "eval_records": str(run_dir / "eval"),
+    }
+    return RunResult(run_dir, state.before, after, final_step, seconds, artifacts, table)
+
+
+def _save_final_adapter(executor: StepExecutor, run_dir: Path) -> Path:
+    """Write the trained adapter to ``<run_dir>/final_adapter``; a crash leaves the previous one, never an empty one."""
+    final_adapter = run_dir / "final_adapter"
+    staging = atomic.temp_dir_beside(final_adapter)
+    try:
+        executor.save_adapter(staging)
+        atomic.replace_dir(staging, final_adapter)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final_adapter
+
+
+def _final_table(
+    config: Any,
+    state: LoopState,
+    after: dict[str, Any],
+    final_step: int,
+    heldout: dict[str, Any],
+    timing: dict[str, Any],
+    peak_rss: float | None,
+) -> str:
+    """The case-study table of a finished run, headed by why it ended early (if it did), followed by the held-out
+    sets, the RL speed and the peak memory."""
     table = case_study_table(state.before, after, config.maze.eval_set)
     if state.capped:
         table = (
@@ -483,19 +563,9 @@ def finish_run(
             f"\n\nRL: {timing['rl_steps']} steps in {timing['rl_seconds'] / 60:.1f} min = "
             f"{timing['rl_steps_per_s']:.3f} steps/s; mean seconds per step by phase: {phases}"
         )
-    if results["peak_rss_gb"] is not None:
-        table += f"\nPeak memory (RSS) of this process: {results['peak_rss_gb']:.2f} GiB"
-    artifacts = {
-        "run_dir": str(run_dir),
-        **extra_artifacts,
-        "final_adapter": str(final_adapter),
-        "checkpoints": str(manager.root),
-        "metrics_jsonl": str(metrics.jsonl_path),
-        "tensorboard": str(run_dir / "tensorboard"),
-        "eval_results": str(run_dir / "eval_results.json"),
-        "eval_records": str(run_dir / "eval"),
-    }
-    return RunResult(run_dir, state.before, after, final_step, seconds, artifacts, table)
+    if peak_rss is not None:
+        table += f"\nPeak memory (RSS) of this process: {peak_rss:.2f} GiB"
+    return table
 
 
 def _hparams(config: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Supervised fine-tuning on oracle demonstrations (:mod:`runners.train.demos`), in exactly the RL stage's
-conversation format; only the reply tokens carry loss. Also the vision encoder's own pretraining and the SFT stage's
-checkpoint in the run directory.
+conversation format; only the reply tokens carry loss. The SFT stage of a run (:func:`run_sft`) runs the vision
+encoder's own pretraining first when asked (:mod:`runners.models.vision_pretraining`) and writes its result into the
+run directory (:mod:`runners.train.sft_result` finds it again).
 
 Two modes:
 
@@ -15,11 +16,6 @@ how good the SFT start is; the CPU preset picks it so the start is clearly imper
 
 from __future__ import annotations
 
-import functools
-
-import contextlib
-import json
-import random
 import shutil
 import time
 from pathlib import Path
@@ -34,9 +30,14 @@ from mazegym.evalsets import MazeStream
 from runners import atomic, models
 from runners.config import ConfigError, TrainConfig
 from runners.config.derived import rollout_config, vision_batch_size
+from runners.models.vision_pretraining import pretrain_vision
 from runners.rollout.evaluate import write_json
 from runners.train.demos import DemoStream, demo_turns
+from runners.train.fingerprints import result_fingerprint
+from runners.train.freezing import freeze_vision_tower
 from runners.train.metrics import MetricsLogger, Progress
+from runners.train.seeding import seed_everything
+from runners.train.sft_result import sft_dir
 
 
 # --------------------------------------------------------------------------- the loss
@@ -95,95 +96,6 @@ def response_nll(
     return loss, int((targets != -100).sum())
 
 
-def pretrain_vision(
-    model: torch.nn.Module,
-    demos: DemoStream,
-    *,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    image_processor: Any,
-    log: Callable[[int, dict[str, float]], None] | None = None,
-    threads: int = 1,
-    iterations: Sequence[int] = (),
-    seed: int = 0,
-    path_weight: float = 0.0,
-) -> dict[str, float]:
-    """AdamW on the model's vision pretraining objective (its spec's ``vision_pretraining_loss``) over ``steps``
-    batches of demonstration moves.
-
-    Only the vision encoder's parameters (the spec's ``vision_parameters``) are updated (constant learning
-    rate, gradients clipped to norm 1). Each turn must show one image and record its agent cell
-    (``Turn.state``) and move.
-    With ``threads > 1`` each batch is cut into that many parts, each part's gradient computed on
-    a copy of the model in a thread of its own (:class:`algos.parallel.Replicas`) and the parts'
-    gradients added, weighted by their share of the batch. ``iterations=(low, high)`` runs each batch's recurrent
-    encoder a count drawn uniformly from that range (a generator seeded by ``seed``, apart from the demonstrations');
-    ``path_weight > 0`` adds the spec's per-cell path loss. Returns the final metrics.
-    """
-    from algos.parallel import Replicas
-    from runners.rollout.generation.prompts import to_pil
-
-    spec = models.spec_of(model)
-    if spec.vision_pretraining_loss is None:
-        raise ValueError(f"the {spec.name} model has no vision pretraining objective")
-    params = spec.vision_parameters(model)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    model.train()
-    replicas = Replicas(model, threads, spec.vision_parameters) if threads > 1 else None
-
-    if iterations and spec.run_vision_iterations is None:
-        raise ValueError(f"the {spec.name} model has no recurrent vision encoder to run at random depths")
-    depths = np.random.default_rng([seed, 0x5EED]) if iterations else None
-    depth: int | None = None
-
-    def part_loss(m: torch.nn.Module, part: list[Turn]) -> tuple[float, float]:
-        processed = image_processor(images=[to_pil(t.images[0]) for t in part], return_tensors="pt")
-        with spec.run_vision_iterations(m, depth) if depth else contextlib.nullcontext():
-            extra = {"path_weight": path_weight} if path_weight > 0 else {}
-            loss, accuracy = spec.vision_pretraining_loss(m, processed, part, **extra)
-        share = len(part) / batch_size
-        (loss * share).backward()
-        return loss.item() * share, accuracy * share
-
-    metrics: dict[str, float] = {}
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        turns = demos.batch(batch_size)
-        if not all(len(t.images) == 1 and t.state and t.action is not None for t in turns):
-            raise ValueError("vision pretraining needs image turns that record the agent's cell and the move")
-        if depths is not None:
-            depth = int(depths.integers(iterations[0], iterations[1] + 1))
-        opt.zero_grad(set_to_none=True)
-        if replicas is None:
-            loss, accuracy = part_loss(model, turns)
-        else:
-            parts = split_evenly(turns, replicas.threads)
-            loss, accuracy = (sum(v) for v in zip(*replicas.map(part_loss, parts)))
-            replicas.gather_gradients()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        if replicas is not None:
-            replicas.copy_weights()
-        metrics = {
-            "vision_loss": loss,
-            "vision_move_accuracy": accuracy,
-            "grad_norm": float(grad_norm),
-            "step_seconds": time.perf_counter() - t0,
-        }
-        if log is not None:
-            log(step, metrics)
-    model.eval()
-    return metrics
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def train_sft(
     model: torch.nn.Module,
     params: list[torch.nn.Parameter],
@@ -203,10 +115,11 @@ def train_sft(
 
     The learning rate warms up linearly over ``warmup`` steps, then decays with a cosine to 10%.
     ``threads > 1`` computes each batch's gradient in parts on copies of the model, one thread
-    each (as :func:`pretrain_vision`), each part weighted by its share of the reply tokens.
+    each (as :func:`runners.models.vision_pretraining.pretrain_vision`), each part weighted by its share of the
+    reply tokens.
     Returns the final metrics.
     """
-    from algos.parallel import Replicas
+    from algos.parallel import Replicas, contiguous_parts
 
     model.train()
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -235,7 +148,7 @@ def train_sft(
         if replicas is None:
             loss, ntok = part_loss(model, turns, total)
         else:
-            parts = split_evenly(turns, replicas.threads)
+            parts = contiguous_parts(turns, replicas.threads)
             results = replicas.map(lambda m, part: part_loss(m, part, total), parts)
             loss, ntok = sum(r[0] for r in results), sum(r[1] for r in results)
             replicas.gather_gradients()
@@ -257,100 +170,12 @@ def train_sft(
     return metrics
 
 
-def split_evenly(items: Sequence[Any], parts: int) -> list[list[Any]]:
-    """``items`` cut into at most ``parts`` contiguous, near-equal, non-empty lists."""
-    bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
-    return [list(items[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-
-
 def sft_threads(config: TrainConfig) -> int:
     """Threads the SFT stage computes each batch's gradient on (``loop.update_threads``, on CPU only)."""
     return config.loop.update_threads if config.model.device == "cpu" else 1
 
 
-def copy_model_dir(src: str | Path, dst: str | Path) -> Path:
-    """Copy a model directory (config, weights, tokenizer, processor) to ``dst``."""
-    dst = Path(dst)
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
-    return dst
-
-
 # --------------------------------------------------------------------------- the SFT stage of a run
-def sft_dir(config: TrainConfig) -> Path:
-    """Where the SFT stage writes: ``<run_dir>/sft``."""
-    return Path(config.run_dir) / "sft"
-
-
-def result_fingerprint(directory: Path, skip: Sequence[str] = ()) -> str:
-    """sha256 over the relative names and bytes of every file of a model or SFT result (weights, configs,
-    tokenizer), but the top-level files named in ``skip``."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    files = (p for p in Path(directory).rglob("*") if p.is_file() and not p.is_symlink())
-    for path in sorted(p for p in files if p.relative_to(directory).as_posix() not in skip):
-        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
-        with open(path, "rb") as fh:
-            while block := fh.read(1 << 20):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-@functools.lru_cache(maxsize=8)
-def _fingerprint_of(directory: str, stamp: tuple) -> str:
-    return result_fingerprint(Path(directory))
-
-
-def current_fingerprint(directory: Path) -> str:
-    """:func:`result_fingerprint` of ``directory``, hashed once per process while no file's size or time changes."""
-    files = sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.is_symlink())
-    stamp = tuple((p.as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    return _fingerprint_of(str(Path(directory).resolve()), stamp)
-
-
-def start_fingerprint(config: TrainConfig) -> str | None:
-    """The fingerprint of the SFT result RL starts from: the one the run's own SFT stage recorded, or the hash of
-    the ``sft.checkpoint`` it names (None: no SFT result)."""
-    if config.sft.checkpoint:
-        path = Path(config.sft.checkpoint).expanduser()
-        return current_fingerprint(path) if path.is_dir() else None
-    return recorded_fingerprint(config)
-
-
-def recorded_fingerprint(config: TrainConfig) -> str | None:
-    """The fingerprint the run's own SFT stage recorded for its result (None: no finished SFT stage here, or
-    ``sft.checkpoint`` names an SFT result elsewhere)."""
-    if config.sft.checkpoint or not (sft_dir(config) / "DONE").is_file():
-        return None
-    try:
-        info = json.loads((sft_dir(config) / "sft_info.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    value = info.get("fingerprint") if isinstance(info, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def find_sft_checkpoint(config: TrainConfig) -> Path | None:
-    """An existing SFT result: ``sft.checkpoint`` or ``<run_dir>/sft/{model,adapter}`` when complete."""
-    if config.sft.checkpoint:
-        path = Path(config.sft.checkpoint).expanduser()
-        if not path.exists():
-            raise ConfigError(f"sft.checkpoint={config.sft.checkpoint!r} does not exist")
-        return path
-    out = sft_dir(config) / ("model" if config.sft.mode == "full" else "adapter")
-    if not ((sft_dir(config) / "DONE").is_file() and out.exists()):
-        return None
-    recorded = recorded_fingerprint(config)
-    if recorded is not None and current_fingerprint(out) != recorded:
-        raise ValueError(
-            f"{out} is not what the SFT stage wrote (its files hash to another fingerprint than sft_info.json "
-            "records): it was replaced or damaged. Rerun the SFT stage (sft.enabled=always) or restore it"
-        )
-    return out
-
-
 def run_sft(
     config: TrainConfig,
     base: Path,
@@ -437,7 +262,6 @@ def _run_sft_into(
     metrics: MetricsLogger | None,
 ) -> Path:
     """:func:`run_sft`'s work, written into the temporary dir ``out`` and swapped into ``final_dir`` at the end."""
-
     if metrics is not None:  # SFT restarts from scratch: an unfinished attempt's records would repeat steps
         discard_sft_records(metrics)
     seed_everything(config.sft.seed)
@@ -449,66 +273,17 @@ def _run_sft_into(
 
         model = add_lora(model, config.lora)
     t0 = time.perf_counter()
-    vision_final: dict[str, float] = {}
-    if config.sft.vision_steps > 0:
-        if models.spec_of(model).vision_pretraining_loss is None:
-            raise ConfigError(
-                f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining objective (the "
-                f"model kinds with one: {', '.join(models.having('vision_pretraining_loss'))}); set sft.vision_steps=0"
-            )
-        vision_progress, on_vision_step = _step_logger(
-            config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"
-        )
-        # The encoder learns from one random open cell of each fresh maze: far more mazes for the same number of
-        # moves than whole demonstrations give, which is what lets its routing hold on larger mazes.
-        cells = DemoStream(mazes, lambda spec, rng: make_turns(spec, rng, vision=True), seed=config.sft.seed)
-        try:
-            vision_final = pretrain_vision_as_configured(
-                config, model, cells, image_processor, config.sft.vision_steps, on_vision_step
-            )
-        finally:
-            vision_progress.close()
-        log(
-            f"[sft] vision pretraining: {config.sft.vision_steps} steps, move accuracy "
-            f"{vision_final['vision_move_accuracy']:.2f} on its last batch"
-        )
+    vision_final = _vision_stage(config, model, mazes, make_turns, image_processor, log, metrics)
     if config.sft.mode == "full" and config.sft.freeze_vision:
         freeze_vision_tower(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    progress, on_step = _step_logger(config, metrics, config.sft.steps, "SFT", "sft", "loss")
-    try:
-        final = train_sft(
-            model,
-            params,
-            demos,
-            steps=config.sft.steps,
-            batch_size=config.sft.batch_size,
-            lr=config.sft.lr,
-            pad_id=tokenizer.pad_token_id,
-            image_processor=image_processor,
-            localization_weight=config.sft.localization_weight,
-            log=on_step,
-            threads=sft_threads(config),
-        )
-    finally:
-        progress.close()
-    if config.sft.mode == "full":
-        target = out / "model"
-        model.save_pretrained(str(target), safe_serialization=True)
-        tokenizer.save_pretrained(str(target))
-        for extra in ("preprocessor_config.json", "generation_config.json"):
-            if (base / extra).is_file():
-                shutil.copy(base / extra, target / extra)
-    else:
-        target = out / "adapter"
-        model.save_pretrained(str(target), safe_serialization=True)
-    demo_moves = config.sft.vision_steps * vision_batch_size(config) + config.sft.steps * config.sft.batch_size
+    final = _sft_stage(config, model, demos, tokenizer.pad_token_id, image_processor, metrics)
+    target = _save_result(config, model, tokenizer, base, out)
     info = {
         "steps": config.sft.steps,
         "vision_steps": config.sft.vision_steps,
         "batch_size": config.sft.batch_size,
         "vision_batch_size": vision_batch_size(config),
-        "demo_moves": demo_moves,
+        "demo_moves": config.sft.vision_steps * vision_batch_size(config) + config.sft.steps * config.sft.batch_size,
         "mazes_seen": mazes.index,
         "seconds": time.perf_counter() - t0,
         "final": final,
@@ -524,6 +299,85 @@ def _run_sft_into(
         f"[sft] {config.sft.steps} steps ({info['demo_moves']} demonstration moves from {mazes.index} mazes) "
         f"in {info['seconds']:.0f}s -> {target}"
     )
+    return target
+
+
+def _vision_stage(
+    config: TrainConfig,
+    model: torch.nn.Module,
+    mazes: MazeStream,
+    make_turns: Callable[..., list[Turn]],
+    image_processor: Any,
+    log: Callable[[str], None],
+    metrics: MetricsLogger | None,
+) -> dict[str, float]:
+    """Vision pretraining before SFT when ``sft.vision_steps > 0``; its final metrics (empty when it does not run)."""
+    if config.sft.vision_steps <= 0:
+        return {}
+    if models.spec_of(model).vision_pretraining_loss is None:
+        raise ConfigError(
+            f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining objective (the "
+            f"model kinds with one: {', '.join(models.having('vision_pretraining_loss'))}); set sft.vision_steps=0"
+        )
+    progress, on_step = _step_logger(
+        config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"
+    )
+    # The encoder learns from one random open cell of each fresh maze: far more mazes for the same number of
+    # moves than whole demonstrations give, which is what lets its routing hold on larger mazes.
+    cells = DemoStream(mazes, lambda spec, rng: make_turns(spec, rng, vision=True), seed=config.sft.seed)
+    try:
+        final = pretrain_vision_as_configured(config, model, cells, image_processor, config.sft.vision_steps, on_step)
+    finally:
+        progress.close()
+    log(
+        f"[sft] vision pretraining: {config.sft.vision_steps} steps, move accuracy "
+        f"{final['vision_move_accuracy']:.2f} on its last batch"
+    )
+    return final
+
+
+def _sft_stage(
+    config: TrainConfig,
+    model: torch.nn.Module,
+    demos: DemoStream,
+    pad_id: int,
+    image_processor: Any,
+    metrics: MetricsLogger | None,
+) -> dict[str, float]:
+    """:func:`train_sft` on the model's trainable parameters with the run's ``sft.*`` settings; its final metrics."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    progress, on_step = _step_logger(config, metrics, config.sft.steps, "SFT", "sft", "loss")
+    try:
+        return train_sft(
+            model,
+            params,
+            demos,
+            steps=config.sft.steps,
+            batch_size=config.sft.batch_size,
+            lr=config.sft.lr,
+            pad_id=pad_id,
+            image_processor=image_processor,
+            localization_weight=config.sft.localization_weight,
+            log=on_step,
+            threads=sft_threads(config),
+        )
+    finally:
+        progress.close()
+
+
+def _save_result(config: TrainConfig, model: torch.nn.Module, tokenizer: Any, base: Path, out: Path) -> Path:
+    """Write the trained model (full mode, with the base model's tokenizer and processor) or adapter (lora mode)
+    into ``out``; returns where."""
+    if config.sft.mode != "full":
+        target = out / "adapter"
+        model.save_pretrained(str(target), safe_serialization=True)
+        return target
+    target = out / "model"
+    model.save_pretrained(str(target), safe_serialization=True)
+    tokenizer.save_pretrained(str(target))
+    for extra in ("preprocessor_config.json", "generation_config.json"):
+        if (base / extra).is_file():
+            shutil.copy(base / extra, target / extra)
     return target
 
 
@@ -548,23 +402,3 @@ def _step_logger(
             metrics.log(step, m, phase=phase)
 
     return progress, on_step
-
-
-def freeze_vision_tower(model: torch.nn.Module) -> int:
-    """Freeze the vision encoder except its projector into the LM (Qwen-VL's merger); returns the frozen tensor count.
-
-    Backpropagating through a from-scratch vision tower dominates tiny-VLM SFT cost on CPU; a
-    frozen random patch embedding still separates the maze's few flat colours, and the trained
-    merger learns to read them.
-    """
-    import re
-
-    from algos.policies.lm import VISION_MODULE_PATTERN
-
-    vision = re.compile(VISION_MODULE_PATTERN)
-    frozen = 0
-    for name, param in model.named_parameters():
-        if vision.fullmatch(name) and "merger" not in name and "multi_modal_projector" not in name:
-            param.requires_grad_(False)
-            frozen += 1
-    return frozen

@@ -87,3 +87,18 @@ def test_version_is_one_line(capsys):
         cli.main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"mazegym {cli._version()}" and cli._version() != "unknown"
+
+
+def test_a_dry_run_refuses_a_run_dir_the_run_would_refuse(tmp_path, capsys):
+    """A run dir holding an earlier run's checkpoints: --dry-run reports the refusal the real run gives, not 'valid'."""
+    from reliability_helpers import write_fake_checkpoint
+
+    run = tmp_path / "run"
+    write_fake_checkpoint(run / "checkpoints" / "step_000002")
+    argv = ["train", "--preset", "smoke", "--run-dir", str(run), "logging.progress=false"]
+    assert cli.main([*argv, "--dry-run"]) == 2
+    dry = capsys.readouterr()
+    assert cli.main(argv) == 2
+    real = capsys.readouterr()
+    assert "already holds checkpoints of an earlier run" in dry.err and "Config is valid" not in dry.out
+    assert dry.err == real.err

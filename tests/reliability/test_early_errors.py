@@ -36,7 +36,9 @@ def test_a_key_error_is_explained_not_printed_bare(monkeypatch, capsys):
     def broken(args):
         raise KeyError("optimizer")
 
-    monkeypatch.setattr(cli, "cmd_eval", broken)
+    from runners.commands import eval as eval_command
+
+    monkeypatch.setattr(eval_command, "run", broken)
     assert cli.main(["eval"]) == 2
     err = capsys.readouterr().err
     assert "KeyError" in err and "missing key 'optimizer'" in err and "rerun" in err

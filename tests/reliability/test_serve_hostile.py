@@ -24,6 +24,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from mazegym.integrations import guards  # noqa: E402
 from runners.artifacts import serve  # noqa: E402
+from runners.artifacts.serve import client, server  # noqa: E402
 from runners.rollout.generation.base import GenerationResult  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -233,7 +234,7 @@ def _closed_by_server(sock: socket.socket) -> bool:
 
 
 def test_a_body_that_never_finishes_is_refused_in_time(monkeypatch):
-    monkeypatch.setattr(serve, "BODY_TIMEOUT_S", 1)
+    monkeypatch.setattr(server, "BODY_TIMEOUT_S", 1)
     with _server() as (port, _):
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         sock.sendall(
@@ -281,7 +282,7 @@ def test_the_client_follows_no_redirect_and_reads_no_unbounded_answer():
 
     with _hostile_http(redirect) as url:
         with pytest.raises(RuntimeError, match="redirect to .* refused"):
-            serve._request(url + "/v1/mazegym/settings")
+            client._request(url + "/v1/mazegym/settings")
     assert followed == []
 
     def flood(h):
@@ -290,14 +291,14 @@ def test_the_client_follows_no_redirect_and_reads_no_unbounded_answer():
         h.end_headers()
         chunk = b" " * (1 << 20)
         try:
-            for _ in range(serve.MAX_REPLY_BYTES // len(chunk) + 4):
+            for _ in range(client.MAX_REPLY_BYTES // len(chunk) + 4):
                 h.wfile.write(chunk)
         except OSError:  # the client stopped reading
             pass
 
     with _hostile_http(flood) as url:
         with pytest.raises(RuntimeError, match="larger than"):
-            serve._request(url + "/v1/mazegym/settings")
+            client._request(url + "/v1/mazegym/settings")
 
 
 def test_serving_md_quotes_paths_in_its_shell_and_python_snippets(tmp_path):

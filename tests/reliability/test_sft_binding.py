@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import runners.train.sft as sftmod
+from runners.train import fingerprints, sft_result
 from reliability_helpers import write_fake_checkpoint
 from runners import build
 from runners.cli import main
@@ -43,8 +44,8 @@ def sft_run(tmp_path_factory):
 
 
 def test_the_sft_result_records_its_fingerprint(sft_run):
-    fingerprint = sftmod.recorded_fingerprint(_config(sft_run))
-    assert fingerprint == sftmod.result_fingerprint(sft_run / "sft" / "model")
+    fingerprint = sft_result.recorded_fingerprint(_config(sft_run))
+    assert fingerprint == fingerprints.result_fingerprint(sft_run / "sft" / "model")
     assert not [p.name for p in sft_run.iterdir() if p.name.startswith(".sft")]  # no temporary dir left
 
 
@@ -54,7 +55,7 @@ def test_a_killed_sft_rerun_leaves_the_previous_result_whole(sft_run, tmp_path, 
     run = tmp_path / "run"
     shutil.copytree(sft_run, run)
     config = _config(run)
-    before = sftmod.recorded_fingerprint(config)
+    before = sft_result.recorded_fingerprint(config)
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
@@ -62,8 +63,8 @@ def test_a_killed_sft_rerun_leaves_the_previous_result_whole(sft_run, tmp_path, 
     monkeypatch.setattr(sftmod, "train_sft", killed)
     with pytest.raises(KeyboardInterrupt):
         build.run_sft(config, log=lambda m: None)
-    assert sftmod.recorded_fingerprint(config) == before
-    assert sftmod.result_fingerprint(run / "sft" / "model") == before
+    assert sft_result.recorded_fingerprint(config) == before
+    assert fingerprints.result_fingerprint(run / "sft" / "model") == before
     assert not [p.name for p in run.iterdir() if p.name.startswith(".sft")]
 
 
@@ -72,11 +73,11 @@ def test_sft_is_not_rerun_under_rl_checkpoints(sft_run, tmp_path):
 
     run = tmp_path / "run"
     shutil.copytree(sft_run, run)
-    _checkpoint(run, sftmod.recorded_fingerprint(_config(run)))
-    before = sftmod.result_fingerprint(run / "sft" / "model")
+    _checkpoint(run, sft_result.recorded_fingerprint(_config(run)))
+    before = fingerprints.result_fingerprint(run / "sft" / "model")
     with pytest.raises(ConfigError, match="holds RL checkpoints"):
         build.run_sft(_config(run), log=lambda m: None)
-    assert sftmod.result_fingerprint(run / "sft" / "model") == before
+    assert fingerprints.result_fingerprint(run / "sft" / "model") == before
 
 
 def test_a_checkpoint_of_another_sft_result_is_refused(sft_run, tmp_path, capsys):
@@ -98,7 +99,7 @@ def test_a_checkpoint_whose_sft_result_is_missing_is_refused(sft_run, tmp_path, 
 
     run = tmp_path / "run"
     shutil.copytree(sft_run, run)
-    ckpt = _checkpoint(run, sftmod.recorded_fingerprint(_config(run)))
+    ckpt = _checkpoint(run, sft_result.recorded_fingerprint(_config(run)))
     build.refuse_other_sft(_config(run), ckpt)  # the same SFT result: accepted
     (run / "sft" / "DONE").unlink()  # e.g. an SFT stage that died before its end, under the old layout
     assert main(["eval", "--run-dir", str(run)]) == 2
@@ -114,7 +115,7 @@ def test_an_sft_model_replaced_after_the_stage_is_refused(sft_run, tmp_path, cap
     weights = run / "sft" / "model" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")  # e.g. the base model's weights copied over it
     with pytest.raises(ValueError, match="is not what the SFT stage wrote"):
-        sftmod.find_sft_checkpoint(_config(run))
+        sft_result.find_sft_checkpoint(_config(run))
     assert main(["eval", "--run-dir", str(run)]) == 2
     assert "is not what the SFT stage wrote" in capsys.readouterr().err
 
@@ -127,7 +128,7 @@ def test_resuming_on_another_sft_checkpoint_is_refused(sft_run, tmp_path):
     shutil.copytree(sft_run / "sft" / "model", other)
     (other / "config.json").write_text((other / "config.json").read_text() + " ")  # any other model
     start = _config(run, f"sft.checkpoint={tmp_path / 'start'}")
-    ckpt = _checkpoint(run, sftmod.start_fingerprint(start))
+    ckpt = _checkpoint(run, sft_result.start_fingerprint(start))
     build.refuse_other_sft(start, ckpt)  # the model it started from: accepted
     with pytest.raises(ConfigError, match="trained from another SFT model than sft.checkpoint"):
         build.refuse_other_sft(_config(run, f"sft.checkpoint={other}"), ckpt)

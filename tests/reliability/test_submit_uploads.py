@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from urllib.parse import urlsplit
 
-from runners.dist import submit
+from runners.distributed import submit
 
 SOURCE = ["pyproject.toml", "runners/cli.py", "mazegym/data/eval.json"]
 SECRETS_AND_WEIGHTS = [

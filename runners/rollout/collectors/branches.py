@@ -289,7 +289,7 @@ def collect_branches(
     With ``branch_reward="best"`` the reward is 1 for the group's most valuable branches instead
     (when any reaches the goal): the four branches are enumerated, not sampled from the policy, so
     an advantage proportional to the values would push up second-best moves (a wall bump that
-    wastes one move) nearly as hard as the best one, which measurably lowered the solve rate.
+    wastes one move) nearly as hard as the best one.
     With ``branch_continuation="sampled"`` a move's worth is instead its mean over the greedy
     world and ``branch_samples`` worlds drawn from the policy's move distribution
     (:func:`continuation_values`), read by one :meth:`Generator.score_replies` call, and cells the
@@ -307,93 +307,164 @@ def collect_branches(
     anchors, prompts = cell_prompts(mazes, config, encoder, seed)
     greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     continuations = [greedy_config] + [config.sampling(seed * 7919 + w + 1) for w in range(settings.worlds)]
-    togo: list[list[dict[tuple[int, int], int | None]]] = []  # [continuation][maze] -> moves to the goal per cell
     worths: list[dict[tuple[int, int], np.ndarray]] = []  # [maze] -> cell -> worth of each move
     if settings.continuation == "greedy":
-        for sampling in continuations:
-            moves_at = moves_at_cells(generator, anchors, prompts, sampling, len(mazes))
-            togo.append([greedy_moves_to_goal(maze, moves_at[i], config.max_moves) for i, maze in enumerate(mazes)])
+        # [continuation][maze] -> moves to the goal per cell
+        togo = [_walks_to_goal(generator, mazes, anchors, prompts, sampling, config) for sampling in continuations]
     else:
-        probs = move_probabilities(generator, prompts, replies, config.temperature)
-        per_maze: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in mazes]
-        for (i, cell), p in zip(anchors, probs):
-            per_maze[i][cell] = p
-        samples = settings.samples if settings.continuation == "sampled" else None
-        # One stream per maze, from its group id and layout: a worker given a slice of a step's
-        # mazes draws the same worlds for them as one process given all.
-        worths = [
-            continuation_values(
-                maze,
-                per_maze[i],
-                config.max_moves,
-                settings.gamma,
-                samples,
-                np.random.default_rng([group_offset + i, zlib.crc32(maze.maze_id.encode())]),
-                settings.moves_only,
-            )
-            for i, maze in enumerate(mazes)
-        ]
+        probs, worths = _sampled_worths(generator, mazes, anchors, prompts, replies, config, settings, group_offset)
         # What greedy decoding writes at each cell, asked of the policy: the moves evaluation plays, so the step's
         # success metrics mean what eval's solve rate means (a move's probability at the sampling temperature does
         # not say what greedy decoding writes). A measurement, not experience: not counted in the turns.
-        greedy_at = moves_at_cells(generator, anchors, prompts, greedy_config, len(mazes))
-        togo.append([greedy_moves_to_goal(maze, greedy_at[i], config.max_moves) for i, maze in enumerate(mazes)])
+        togo = [_walks_to_goal(generator, mazes, anchors, prompts, greedy_config, config)]
         move_mass = float(np.mean(probs.sum(axis=1))) if len(probs) else 0.0
     elapsed = time.perf_counter() - t0
     episodes = []
     settled = 0
     for j, ((i, cell), prompt) in enumerate(zip(anchors, prompts)):
         maze = mazes[i]
-        values, moves = [], []
-        for k in range(4):
-            rests = [walks[i].get(next_cell(maze.grid, cell, k)) for walks in togo]
-            ns = [None if rest is None or rest + 1 > config.max_moves else rest + 1 for rest in rests]
-            if worths:
-                values.append(float(worths[i][cell][k]))
-            else:
-                values.append(float(np.mean([0.0 if n is None else settings.gamma ** (n - 1) for n in ns])))
-            moves.append(ns[0])  # the greedy continuation's
+        cell_walks = [per_maze[i] for per_maze in togo]
+        values, moves = _move_values(
+            maze, cell, cell_walks, worths[i][cell] if worths else None, config.max_moves, settings.gamma
+        )
         best = max(values)
         is_best = [values[k] == best for k in range(4)]
         if worths and best > 0 and settings.settled < 1.0 and is_settled(probs[j], is_best, settings.settled):
             settled += 1
             continue
-        for k in range(4):
-            reward = values[k] if settings.reward == "value" else float(best > 0 and values[k] == best)
-            turn = Turn(
-                prompt_ids=prompt.prompt_ids,
-                response_ids=list(replies[k]),
-                reward=reward,
-                action=k,
-                images=list(prompt.images),
-                text=format_action(k),
-                state=f"{cell[0]},{cell[1]}",
-            )
-            episodes.append(
-                Episode(
-                    turns=[turn],
-                    group_id=(group_offset + i) * maze.size**2 + cell[0] * maze.size + cell[1],
-                    maze_id=maze.maze_id,
-                    success=moves[k] is not None,
-                    weights_version=version,
-                    optimal_moves=0,
-                    info={
-                        "seed": seed,
-                        "size": maze.size,
-                        "finish_reasons": ["branch"],
-                        "greedy_solves_start": togo[0][i].get(maze.start) is not None,
-                        "rollout_seconds": elapsed,
-                    },
-                )
-            )
+        info = {
+            "seed": seed,
+            "size": maze.size,
+            "finish_reasons": ["branch"],
+            "greedy_solves_start": togo[0][i].get(maze.start) is not None,
+            "rollout_seconds": elapsed,
+        }
+        group_id = (group_offset + i) * maze.size**2 + cell[0] * maze.size + cell[1]
+        episodes += _branches(maze, cell, prompt, values, moves, replies, settings.reward, group_id, version, info)
     # Every anchor was asked once per continuation (greedy) or scored once; the branches are the environment's moves
-    # from there. The queries are shared out over the episodes so that any slice of them sums to its own turns.
+    # from there.
     queries = len(anchors) * (len(continuations) if settings.continuation == "greedy" else 1)
+    _record_queries(episodes, queries, settled / max(1, len(anchors)), move_mass if worths else None)
+    return episodes
+
+
+def _record_queries(episodes: list[Episode], queries: int, settled_frac: float, move_mass: float | None) -> None:
+    """Share the step's ``queries`` out over its episodes (so that any slice of them sums to its own turns) and
+    record the share of settled cells and, for sampled worths, the probability mass on the four moves."""
     for e in episodes:
-        e.info["branch_settled_frac"] = settled / max(1, len(anchors))
+        e.info["branch_settled_frac"] = settled_frac
         e.info["env_turns"] = queries / len(episodes)
-        if worths:
+        if move_mass is not None:
             e.info["move_mass"] = move_mass
+
+
+def _walks_to_goal(
+    generator: Generator,
+    mazes: Sequence[MazeSpec],
+    anchors: Sequence[tuple[int, tuple[int, int]]],
+    prompts: Sequence[Prompt],
+    sampling: SamplingConfig,
+    config: RolloutConfig,
+) -> list[dict[tuple[int, int], int | None]]:
+    """Per maze, the moves to the goal from each cell when the policy's replies under ``sampling`` are followed."""
+    moves_at = moves_at_cells(generator, anchors, prompts, sampling, len(mazes))
+    return [greedy_moves_to_goal(maze, moves_at[i], config.max_moves) for i, maze in enumerate(mazes)]
+
+
+def _sampled_worths(
+    generator: Generator,
+    mazes: Sequence[MazeSpec],
+    anchors: Sequence[tuple[int, tuple[int, int]]],
+    prompts: Sequence[Prompt],
+    replies: list[list[int]],
+    config: RolloutConfig,
+    settings: BranchSettings,
+    group_offset: int,
+) -> tuple[np.ndarray, list[dict[tuple[int, int], np.ndarray]]]:
+    """``(probs, worths)``: the policy's probability of each move's reply at every anchor, and per maze the worth of
+    each move at each cell over the greedy world and the sampled ones (:func:`continuation_values`)."""
+    probs = move_probabilities(generator, prompts, replies, config.temperature)
+    per_maze: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in mazes]
+    for (i, cell), p in zip(anchors, probs):
+        per_maze[i][cell] = p
+    samples = settings.samples if settings.continuation == "sampled" else None
+    # One stream per maze, from its group id and layout: a worker given a slice of a step's
+    # mazes draws the same worlds for them as one process given all.
+    worths = [
+        continuation_values(
+            maze,
+            per_maze[i],
+            config.max_moves,
+            settings.gamma,
+            samples,
+            np.random.default_rng([group_offset + i, zlib.crc32(maze.maze_id.encode())]),
+            settings.moves_only,
+        )
+        for i, maze in enumerate(mazes)
+    ]
+    return probs, worths
+
+
+def _move_values(
+    maze: MazeSpec,
+    cell: tuple[int, int],
+    walks: list[dict[tuple[int, int], int | None]],
+    worth: np.ndarray | None,
+    max_moves: int,
+    gamma: float,
+) -> tuple[list[float], list[int | None]]:
+    """``(values, moves)`` of the 4 moves at ``cell``: each move's value (its ``worth``, else the mean over the
+    continuations' ``walks`` of ``gamma ** (n - 1)`` for a move that reaches the goal in n <= ``max_moves`` moves), and
+    the moves to the goal after it under the greedy continuation (None: never)."""
+    values, moves = [], []
+    for k in range(4):
+        rests = [walk.get(next_cell(maze.grid, cell, k)) for walk in walks]
+        ns = [None if rest is None or rest + 1 > max_moves else rest + 1 for rest in rests]
+        if worth is not None:
+            values.append(float(worth[k]))
+        else:
+            values.append(float(np.mean([0.0 if n is None else gamma ** (n - 1) for n in ns])))
+        moves.append(ns[0])  # the greedy continuation's
+    return values, moves
+
+
+def _branches(
+    maze: MazeSpec,
+    cell: tuple[int, int],
+    prompt: Prompt,
+    values: list[float],
+    moves: list[int | None],
+    replies: list[list[int]],
+    reward_kind: str,
+    group_id: int,
+    version: int,
+    info: dict[str, Any],
+) -> list[Episode]:
+    """The group of 4 one-turn episodes at ``cell``, one per move: the cell's prompt and the move's canonical reply,
+    rewarded with the move's value (``reward_kind="value"``) or 1 for the most valuable moves (``"best"``)."""
+    best = max(values)
+    episodes = []
+    for k in range(4):
+        turn = Turn(
+            prompt_ids=prompt.prompt_ids,
+            response_ids=list(replies[k]),
+            reward=values[k] if reward_kind == "value" else float(best > 0 and values[k] == best),
+            action=k,
+            images=list(prompt.images),
+            text=format_action(k),
+            state=f"{cell[0]},{cell[1]}",
+        )
+        episodes.append(
+            Episode(
+                turns=[turn],
+                group_id=group_id,
+                maze_id=maze.maze_id,
+                success=moves[k] is not None,
+                weights_version=version,
+                optimal_moves=0,
+                info=dict(info),
+            )
+        )
     return episodes
 
 
@@ -401,8 +472,8 @@ def is_settled(move_probs: np.ndarray, is_best: list[bool], threshold: float) ->
     """Whether a cell needs no more push: its best moves hold at least ``threshold`` of the probability the policy puts
     on the four moves, and that share is more than the rest of its replies hold (so its greedy reply is a best move).
 
-    The share is taken among the four moves, not of all replies, because a small decoder sampled at T=1 keeps ~10% of
-    its mass on malformed replies at every cell; measured on the raw probability, no cell ever counted as settled.
+    The share is taken among the four moves, not of all replies, because a small decoder sampled at T=1 keeps some of
+    its mass on malformed replies at every cell: on the raw probability, a cell would hardly ever count as settled.
     """
     total = float(move_probs.sum())
     best = float(sum(p for p, b in zip(move_probs, is_best) if b))

@@ -6,12 +6,12 @@ transport and restarts.
 
 Placement: one placement group with one bundle per worker (``{"CPU": c, "GPU": g}``); each
 bundle hosts one :class:`RolloutTrainWorker` actor holding a generation engine (HF or vLLM) and
-one FSDP2 training rank (:mod:`runners.dist.fsdp`), colocated on the same device.
+one FSDP2 training rank (:mod:`runners.distributed.fsdp`), colocated on the same device.
 
 One step (driver: :func:`train`, phases: :class:`RayExecutor`)::
 
     generate   every worker plays its share of the step's maze groups -> episodes (object store)
-    update     every rank updates on its own share, in FSDP2 lockstep (runners.dist.fsdp.Lockstep)
+    update     every rank updates on its own share, in FSDP2 lockstep (runners.distributed.fsdp.Lockstep)
     sync       ranks all-gather the adapter; rank 0 publishes it to the shared sync dir as version v;
                every engine loads v; barrier; optional parity probe (a collective forward)
     eval       the fixed eval mazes are split across workers, results merged on the driver
@@ -21,7 +21,7 @@ One step (driver: :func:`train`, phases: :class:`RayExecutor`)::
 SFT (when needed) runs on the driver with the local runner's code. On GPUs with vLLM each engine
 sleeps during the update and wakes for the sync. If a worker dies, the driver rebuilds the group
 and resumes from the latest checkpoint, up to ``runner.ray.max_restarts`` times. Metrics go to
-the local runner's JSONL/TensorBoard logs and to Prometheus (:mod:`runners.dist.prometheus`).
+the local runner's JSONL/TensorBoard logs and to Prometheus (:mod:`runners.distributed.prometheus`).
 Entry point: ``mazegym train runner.kind=ray ...``.
 """
 
@@ -47,8 +47,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from runners import atomic, build
 from runners.config import ConfigError, RaySettings, TrainConfig, from_dict, to_dict, validate
 from runners.config.derived import eval_maze_count, rollout_config
-from runners.dist import fsdp
-from runners.dist.prometheus import PrometheusExporter
+from runners.distributed import fsdp
+from runners.distributed.prometheus import PrometheusExporter
 from runners.rollout.evaluate import eval_summary
 from runners.train.checkpoint import CheckpointManager, load_checkpoint, read_state, save_checkpoint
 from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
@@ -227,7 +227,7 @@ class RolloutTrainWorker:
     """One bundle: a generation engine and one FSDP2 training rank, colocated on the same device.
 
     Every phase calls the local runner's functions (:mod:`runners.local`); this class only adds
-    the process group, the sharding and lockstep of :mod:`runners.dist.fsdp`, the split of work, and
+    the process group, the sharding and lockstep of :mod:`runners.distributed.fsdp`, the split of work, and
     adapter transport through the shared sync dir. ``update``, ``publish``, ``load_published``,
     ``save_checkpoint`` and ``save_adapter`` run collectives: the driver calls them on every rank.
     """
@@ -310,7 +310,6 @@ class RolloutTrainWorker:
             "node": worker_address()[0],
             "resumed_step": int(state.get("step", 0)),
         }
-
 
     # ------------------------------------------------------------------ phases
     def generate(self, mazes: list, step: int, offset: int) -> list:
@@ -443,7 +442,7 @@ def ray_config_from(config: TrainConfig) -> RayConfig:
 
 
 PADDING_KEY = "fsdp_padding_passes"
-"""Per-rank update metric: padding passes the rank ran (:class:`runners.dist.fsdp.Lockstep`); the
+"""Per-rank update metric: padding passes the rank ran (:class:`runners.distributed.fsdp.Lockstep`); the
 driver logs the sum as ``ray/padding_passes``, not as a training metric."""
 
 
@@ -595,7 +594,8 @@ def _loop(
 
 
 class RayExecutor:
-    """The phases of one RL step fanned out to the worker group (the Ray runner's :class:`runners.train.loop.StepExecutor`).
+    """The phases of one RL step fanned out to the worker group (the Ray runner's
+    :class:`runners.train.loop.StepExecutor`).
 
     Generation: the step's mazes are split evenly and each rank plays its slice (group ids and
     seeds as if one process played them all). Update: each rank trains on the episodes it
@@ -719,11 +719,3 @@ def _worker_failures(group: WorkerGroup, what: str) -> Iterator[None]:
         if group.any_dead():
             raise WorkerFailure(f"{what} failed while a worker was dead: {exc}") from exc
         raise
-
-
-
-
-
-
-
-

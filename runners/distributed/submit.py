@@ -1,6 +1,6 @@
 """``mazegym submit``: send a training run to a Ray cluster through the Ray Jobs API.
 
-The run itself is the Ray runner (:mod:`runners.dist.ray_runner`) started on the cluster's head as
+The run itself is the Ray runner (:mod:`runners.distributed.ray_runner`) started on the cluster's head as
 a Ray job; this module only builds the job's entrypoint and runtime environment, submits it
 with :class:`ray.job_submission.JobSubmissionClient`, and optionally waits and streams logs::
 
@@ -516,25 +516,6 @@ def config_from_args(ns: argparse.Namespace) -> tuple[SubmitConfig, list[str]]:
     return cfg, train_args
 
 
-def add_submit_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``submit`` to an argparse subparsers object (``mazegym``'s); its ``func`` runs the submission.
-
-    Wiring in ``runners/cli.py``::
-
-        from runners.dist.submit import add_submit_command
-        add_submit_command(sub)        # sub = parser.add_subparsers(...)
-    """
-    p = subparsers.add_parser(
-        "submit",
-        help="send a training run to a Ray cluster (Ray Jobs API)",
-        description=__doc__.split("\n\n")[0] + " Arguments after -- go to the run "
-        "(mazegym train flags and KEY=VALUE overrides; runner.kind=ray is implied).",
-    )
-    build_parser(p)
-    p.set_defaults(func=run_submit_args)
-    return p
-
-
 def run_submit_args(ns: argparse.Namespace) -> int:
     """Submit from parsed arguments; prints the job id (exit code 0) or the error (exit code 1)."""
     cfg, train_args = config_from_args(ns)
@@ -558,7 +539,7 @@ def run_submit_args(ns: argparse.Namespace) -> int:
 
 
 def submit_main(argv: list[str] | None = None) -> int:
-    """Entry point of ``mazegym submit`` / ``python -m runners.dist.submit``: parse ``argv`` and submit."""
+    """Entry point of ``mazegym submit`` / ``python -m runners.distributed.submit``: parse ``argv`` and submit."""
     return run_submit_args(build_parser().parse_args(argv))
 
 

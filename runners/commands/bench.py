@@ -1,4 +1,5 @@
-"""The ``mazegym bench`` subcommand: its arguments and what it runs."""
+"""``mazegym bench``: rank algorithms on the benchmark's tracks (:mod:`runners.bench`), each run a normal run
+directory; a finished run is skipped and an interrupted one resumed when the same command runs again."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+NAME = "bench"
+HELP = "rank algorithms on the benchmark's tracks (IQM with bootstrap intervals over seeds)"
 DEFAULT_ALGOS = ("grpo", "ppo", "rloo", "dr_grpo", "dapo", "gigpo")
 """The algorithms of the default benchmark: the zoo's own."""
 DESCRIPTION = """Rank algorithms: every algorithm x track x seed, each a normal run directory, then the final greedy
@@ -23,13 +26,13 @@ over GRPO, learning curves against RL steps and environment turns, and performan
 A finished run is skipped and an interrupted one resumed when the same command runs again."""
 
 
-def add_bench_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``bench`` to ``mazegym``'s subparsers; its ``func`` runs the benchmark."""
+def add_parser(subparsers: Any, argv: list[str]) -> argparse.ArgumentParser:
+    """Add ``bench`` and its flags to ``mazegym``'s subparsers."""
     from runners.bench.tracks import DEFAULT_TRACKS
 
     p = subparsers.add_parser(
-        "bench",
-        help="rank algorithms on the benchmark's tracks (IQM with bootstrap intervals over seeds)",
+        NAME,
+        help=HELP,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -51,11 +54,11 @@ def add_bench_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--publish", action="store_true", help="write the tables into README.md, benchmarks/README.md, docs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=run)
     return p
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run (or list) the benchmark; exit code 1 when a run failed."""
     from runners.bench import run
     from runners.registry import load_plugin

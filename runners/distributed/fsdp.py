@@ -1,6 +1,6 @@
 """FSDP2 for the Ray runner's training ranks: shard the LoRA policy, keep ranks in lockstep, gather the adapter.
 
-Every Ray worker (:class:`runners.dist.ray_runner.RolloutTrainWorker`) is one FSDP2 rank. The policy
+Every Ray worker (:class:`runners.distributed.ray_runner.RolloutTrainWorker`) is one FSDP2 rank. The policy
 (:class:`algos.policies.lm.LoRALMPolicy`, a Hugging Face model with a PEFT LoRA adapter) is
 sharded with ``torch.distributed.fsdp.fully_shard``: one FSDP unit per decoder layer of the
 language model, then the root (which keeps the embeddings, the output head and, for a VLM, the
@@ -250,8 +250,8 @@ class ShardedLoRALMPolicy(LoRALMPolicy):
 
 def _unsaveable() -> RuntimeError:
     return RuntimeError(
-        "the policy is FSDP-sharded: gather the adapter on every rank (runners.dist.fsdp.gather_adapter), "
-        "then write it on one (runners.dist.fsdp.save_full_adapter)"
+        "the policy is FSDP-sharded: gather the adapter on every rank (runners.distributed.fsdp.gather_adapter), "
+        "then write it on one (runners.distributed.fsdp.save_full_adapter)"
     )
 
 
@@ -434,7 +434,7 @@ class Lockstep(Strategy):
 
         if not isinstance(policy, ShardedLoRALMPolicy):
             raise TypeError(
-                f"Lockstep needs a policy sharded by runners.dist.fsdp.shard_policy, got {type(policy).__name__}"
+                f"Lockstep needs a policy sharded by runners.distributed.fsdp.shard_policy, got {type(policy).__name__}"
             )
         if not hasattr(algorithm, "strategy"):
             raise TypeError("the algorithm has no strategy (algos.base.Algorithm provides it)")
