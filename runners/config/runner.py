@@ -1,7 +1,7 @@
 """The runners a run may choose (``runner.kind``) and the settings each owns (the ``runner`` section).
 
-The runners themselves (:mod:`runners.local`, :mod:`runners.distributed.ray_runner`) sit above the config in the layers, so
-their settings are declared here, beside the rules across keys they own.
+The runners themselves (:mod:`runners.local`, :mod:`runners.distributed.ray_runner`) sit above the config in the
+layers, so their settings are declared here, beside the rules across keys they own.
 """
 
 from __future__ import annotations

@@ -330,9 +330,7 @@ def _vision_stage(
             f"model.vision_pretraining.steps={steps}: this model has no vision pretraining objective (the model "
             f"kinds with one: {', '.join(models.having('vision_pretraining_loss'))})"
         )
-    progress, on_step = _step_logger(
-        config, metrics, steps, "vision pretraining", "vision", "vision_loss"
-    )
+    progress, on_step = _step_logger(config, metrics, steps, "vision pretraining", "vision", "vision_loss")
     # The encoder learns from one random open cell of each fresh maze: far more mazes for the same number of
     # moves than whole demonstrations give, which is what lets its routing hold on larger mazes.
     cells = DemoStream(mazes, lambda spec, rng: make_turns(spec, rng, vision=True), seed=config.sft.seed)
@@ -340,10 +338,7 @@ def _vision_stage(
         final = pretrain_vision_as_configured(config, model, cells, image_processor, steps, on_step)
     finally:
         progress.close()
-    log(
-        f"[sft] vision pretraining: {steps} steps, move accuracy "
-        f"{final['vision_move_accuracy']:.2f} on its last batch"
-    )
+    log(f"[sft] vision pretraining: {steps} steps, move accuracy {final['vision_move_accuracy']:.2f} on its last batch")
     return final
 
 

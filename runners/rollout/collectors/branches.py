@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import zlib
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
