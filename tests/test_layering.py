@@ -402,9 +402,14 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
 
 BELOW_THE_WIRING = ("algos", "runners/models", "runners/rollout", "runners/train")
 """Packages whose modules receive the settings they need as arguments, never a whole TrainConfig."""
-TRAIN_STAGES = {"runners/train/loop.py", "runners/train/steps.py", "runners/train/sft.py"}
-"""The stage drivers of runners/train (the RL loop, its step phases, the SFT stage): wiring, as runners/build.py is;
-they turn the run's config into calls of the internals."""
+TRAIN_STAGES = {
+    "runners/train/loop.py",
+    "runners/train/steps.py",
+    "runners/train/sft.py",
+    "runners/train/sft_result.py",
+}
+"""The stage drivers of runners/train (the RL loop, its step phases, the SFT stage and where its result lives): wiring,
+as runners/build.py is; they turn the run's config into calls of the internals."""
 
 
 def train_config_fields() -> dict[str, set[str]]:
