@@ -124,7 +124,7 @@ def test_dry_run_notes_the_settings_of_a_replaced_part(capsys, tmp_path):
     "extra, message",
     [
         (["rollout.collector.name=branches"], "algo.name=ppo trains on episode plays only, but "),
-        (["algo.skip_zero_advantage=true"], "algo (ppo): skip_zero_advantage drops turns"),
+        (["algo.skip_zero_advantage=true"], "algo (ppo): algo.skip_zero_advantage drops turns"),
         (["loop.overlap_generation=true"], "loop.overlap_generation=true needs a collector that draws no random"),
     ],
 )
