@@ -99,7 +99,7 @@ def test_a_key_of_another_part_names_the_part_that_has_it():
         ("runner.ray.address=auto", "did you mean runner.address?"),
         ("logging.wandb=true", r"did you mean logging.sinks={wandb: mazegym}"),
         ("logging.project=p", r"did you mean logging.sinks={wandb: NAME}"),
-        ("preset=cpu-tiny", "did you mean --preset NAME"),
+        ("preset=cpu-tiny", "preset is not a setting; choose the preset with --preset NAME"),
     ],
 )
 def test_a_key_spelt_as_in_version_1_fails_naming_the_new_one(old, new):

@@ -53,7 +53,6 @@ REPLACED = {
     "logging.mlflow": "logging.sinks={mlflow: mazegym} (the sink and its experiment)",
     "logging.project": "logging.sinks={wandb: NAME} (each sink names its own project)",
     "scheme_settings": "a preset for each rollout scheme, e.g. --preset cpu-maze-vlm-plays",
-    "preset": "--preset NAME (the preset is where a config starts, not a setting)",
 }
 """Version-1 keys whose meaning version 2 writes with another key and value."""
 

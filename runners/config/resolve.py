@@ -218,9 +218,11 @@ def _flatten(layer: Layer, node: Any, prefix: str, lenient: set[str], out: _Flat
             out.leaves.update({f"algo.params.{k}": v for k, v in params.items()})
             continue
         fields = {f.name: f for f in dataclasses.fields(node)}
-        if key not in fields or fields[key].metadata.get("provenance"):
+        if key in fields and fields[key].metadata.get("provenance"):
+            raise ConfigError(f"{layer.label}: {dotted} is not a setting; choose the preset with --preset NAME")
+        if key not in fields:
             slot = _slot_of(prefix.rstrip("."))
-            if slot is not None and slot.section in lenient and key not in fields:
+            if slot is not None and slot.section in lenient:
                 out.dropped.setdefault(slot.key, []).append(dotted)
                 continue
             raise _unknown(
