@@ -29,7 +29,7 @@ def job_overrides(run_dir: Path, args: argparse.Namespace) -> list[str]:
     start = [f"sft.checkpoint={args.sft}"] if args.sft else ["sft.enabled=never"]
     algo = [f"algo.name={args.algo}"]
     if args.algo == "ppo" and args.preset == "cpu-maze-vlm":
-        algo += ["rollout.branching=false", "loop.overlap_generation=false", "algo.skip_zero_advantage=false"]
+        algo += ["rollout.collector.name=plays", "loop.overlap_generation=false", "algo.skip_zero_advantage=false"]
     return [
         f"run_dir={run_dir}",
         *start,
@@ -42,8 +42,8 @@ def job_overrides(run_dir: Path, args: argparse.Namespace) -> list[str]:
         "eval.before_rl=false",
         "checkpoint.every=1",
         "algo.filter_zero_variance=false",
-        "loop.num_threads=1",
-        "loop.update_threads=1",  # the Ray runner parallelises over workers: compare one thread per process
+        "runner.num_threads=1",
+        "runner.update_threads=1",  # the Ray runner parallelises over workers: compare one thread per process
         "maze.heldout_sets=[]",
     ]
 

@@ -42,7 +42,7 @@ def bench_config(engine: str, lora_rank: int):
     from runners.config import TrainConfig, apply_overrides
 
     overrides = [
-        f"loop.engine={engine}",
+        f"engine.name={engine}",
         f"lora.rank={lora_rank}",
         f"lora.alpha={2 * lora_rank}",
         "model.dtype=float32",

@@ -16,9 +16,9 @@ extrapolates keeps or raises its solve rate as iterations grow; one that "overth
 ``--progressive ALPHA`` mixes the loss after the full 20 iterations with (weight ALPHA) the loss after
 n iterations without gradient followed by k with it (n, k random; Bansal et al. 2022); ``--train-depth LO HI``
 runs each batch a random number of iterations; ``--path-weight W`` adds the per-cell path loss
-(``sft.vision_path_weight``). Unlike the SFT stage it takes every batch's cells from fresh mazes of its own
-stream, one thread, and the head of the path loss is its own. One thread;
-results differ across machines and seeds. Writes nothing unless ``--json PATH``.
+(``model.vision_pretraining.path_weight``). Unlike the SFT stage it takes every batch's cells from fresh mazes of its
+own stream, one thread, and the head of the path loss is its own. One thread; results differ across machines and
+seeds. Writes nothing unless ``--json PATH``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--state", choices=("residual", "gated"), default="residual", help="the state update")
     parser.add_argument("--progressive", type=float, default=0.0, help="weight of the progressive loss (0 = off)")
-    parser.add_argument("--steps", type=int, default=220, help="training batches (the preset's sft.vision_steps)")
+    parser.add_argument(
+        "--steps", type=int, default=220, help="training batches (the preset's model.vision_pretraining.steps)"
+    )
     parser.add_argument("--batch", type=int, default=128, help="moves per batch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sizes", type=int, nargs="+", default=[7, 9, 11, 13, 17], help=f"of {sorted(SETS)}")

@@ -7,7 +7,7 @@
 
 Greedy solve rate on the fixed sets of each size (every held-out size from 5x5 to 21x21 by default),
 first with the encoder iterations ``mazegym eval`` uses (scaled with the maze side,
-``eval.scale_vision_iterations``), then, for MazeVLM, at each fixed iteration count of ``--iterations``:
+``model.scale_eval_vision_iterations``), then, for MazeVLM, at each fixed iteration count of ``--iterations``:
 the "think longer, solve bigger" curve, one line per maze size (a recurrence that extrapolates solves
 larger mazes once it runs more iterations, and keeps its solve rate as iterations grow past what it
 needs). ``--first N`` plays the first N mazes of each set (the larger sizes cost ~size^3 per move).
@@ -147,13 +147,13 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.sets:
                 cells, row = [], {}
                 for k in args.iterations:
-                    config.eval.vision_iterations = k
+                    config.model.eval_vision_iterations = k
                     row[str(k)] = play(name)
                     cells.append(f"{row[str(k)]['solve_rate']:.1%}")
                     print(f"{name} at {k} iterations: {cells[-1]}", flush=True)
                 record["sweep"][name] = row
                 lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-            config.eval.vision_iterations = 0
+            config.model.eval_vision_iterations = 0
     text = "\n".join(lines)
     print(text)
     if args.out is not None:

@@ -113,7 +113,7 @@ def main() -> None:
     anchors, prompts = cell_prompts(mazes, rollout, generator.encoder)
     greedy = SamplingConfig(max_new_tokens=rollout.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     worths = None
-    if rollout.branch_continuation != "greedy":
+    if rollout.collector.continuation != "greedy":
         replies = [
             generator.encoder.tokenize_text(format_action(k)) + [generator.tokenizer.eos_token_id] for k in range(4)
         ]
@@ -121,10 +121,10 @@ def main() -> None:
         per_maze = [{} for _ in mazes]
         for (i, cell), p in zip(anchors, probs):
             per_maze[i][cell] = p
-        samples = rollout.branch_samples if rollout.branch_continuation == "sampled" else None
+        samples = rollout.collector.samples if rollout.collector.continuation == "sampled" else None
         worths = [
             continuation_values(
-                maze, per_maze[i], rollout.max_moves, rollout.branch_gamma, samples, np.random.default_rng(i)
+                maze, per_maze[i], rollout.max_moves, rollout.collector.gamma, samples, np.random.default_rng(i)
             )
             for i, maze in enumerate(mazes)
         ]
@@ -132,14 +132,14 @@ def main() -> None:
         "run_dir": str(a.run_dir),
         "checkpoint": a.checkpoint,
         "set": set_name,
-        "branch_continuation": rollout.branch_continuation,
+        "branch_continuation": rollout.collector.continuation,
         **judge(mazes, moves_at_cells(generator, anchors, prompts, greedy, len(mazes)), rollout.max_moves, worths),
     }
     print(
         f"{a.run_dir} [{a.checkpoint}] on {set_name}: greedy move BFS-optimal at "
         f"{figures['optimal_frac']:.1%} of {figures['cells']} cells "
         f"(on a shortest path {figures['on_path_optimal_frac']:.1%}, off it {figures['off_path_optimal_frac']:.1%}); "
-        f"greedy solves {figures['greedy_solved']}/{figures['mazes']}; branch labels ({rollout.branch_continuation} "
+        f"greedy solves {figures['greedy_solved']}/{figures['mazes']}; branch labels ({rollout.collector.continuation} "
         f"continuations) at {figures['labelled_cells']} cells, {figures['labels_optimal_frac']:.1%} of them BFS-optimal"
     )
     if a.json:

@@ -7,7 +7,7 @@ Prints (and with ``--out`` writes) a markdown table: the seconds of each part of
 under ``cProfile`` on steps 2.. (step 1 warms up) and scaled to the step's unprofiled wall time, then
 the wall time of a whole step run three ways on the same weights: one thread, one phase after the
 other; collection of the next step beside the update (``loop.overlap_generation``); and that plus
-``loop.update_threads`` copies of the policy. Runs single-threaded torch (``OMP_NUM_THREADS=1``)
+``runner.update_threads`` copies of the policy. Runs single-threaded torch (``OMP_NUM_THREADS=1``)
 as the main job does; a second program on the other core shows what a busy machine does to each.
 """
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft", type=Path, required=True, help="an SFT model dir (RUN/sft/model)")
     parser.add_argument("--preset", default="cpu-maze-vlm")
     parser.add_argument("--steps", type=int, default=3, help="profiled steps (the first one only warms up)")
-    parser.add_argument("--threads", type=int, default=2, help="loop.update_threads of the third way")
+    parser.add_argument("--threads", type=int, default=2, help="runner.update_threads of the third way")
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="mazegym-profile-step-"))
     # One rollout thread: cProfile sees only the thread it runs in, so the collection's parts are profiled there.
     cfg = apply_overrides(
-        get_preset(args.preset), [f"run_dir={run_dir}", "loop.update_threads=1", "loop.rollout_threads=1"]
+        get_preset(args.preset), [f"run_dir={run_dir}", "runner.update_threads=1", "engine.rollout_threads=1"]
     )
     model_dir, adapter = build.start_from(args.sft, build.base_model_dir(cfg))
     generator, policy, algorithm, _ = build.build_training(cfg, model_dir, adapter)
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|",
         f"| one after the other, one thread | {serial:.2f} |",
         f"| next step's collection beside the update (`loop.overlap_generation=true`) | {with_overlap:.2f} |",
-        f"| that, plus `loop.update_threads={args.threads}` | {with_threads:.2f} |",
+        f"| that, plus `runner.update_threads={args.threads}` | {with_threads:.2f} |",
         "",
         "For contrast, torch's own intra-op threads on the vision encoder's forward+backward of 128 cell images: "
         f"{intra[1] * 1000:.0f} ms with one thread, {intra[2] * 1000:.0f} ms with `torch.set_num_threads(2)` "

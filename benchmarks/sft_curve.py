@@ -76,7 +76,7 @@ def decoder_sft(config, base: Path, encoder: dict, steps: int, out: Path) -> Pat
         lr=config.sft.lr,
         pad_id=tokenizer.pad_token_id,
         image_processor=image_processor,
-        localization_weight=config.sft.localization_weight,
+        localization_weight=config.model.localization_weight,
         threads=sft_threads(config),
     )
     model.save_pretrained(str(out), safe_serialization=True)

@@ -26,7 +26,7 @@ from runners.local import report, train  # noqa: E402
 from runners.config.presets import get_preset  # noqa: E402
 
 SMOKE = [
-    "sft.vision_steps=2",
+    "model.vision_pretraining.steps=2",
     "sft.steps=2",
     "sft.batch_size=8",
     "loop.steps=2",

@@ -29,6 +29,7 @@ from algos.policies.lm import LoRAConfig, LoRALMPolicy  # noqa: E402
 from mazegym.evalsets import MazeStream, load_eval_set  # noqa: E402
 from runners.rollout.evaluate import evaluate_set  # noqa: E402
 from runners.rollout.generation.hf import HFGenerator  # noqa: E402
+from runners.rollout import collectors  # noqa: E402
 from runners.rollout.collect import RolloutConfig, collect_groups  # noqa: E402
 from runners.train.sync import AdapterSync  # noqa: E402
 from runners.models.tiny import build_maze_vlm  # noqa: E402
@@ -65,7 +66,9 @@ def main() -> None:
         filter_zero_variance=True,
     )
     sync = AdapterSync(work / "adapters")
-    rollout = RolloutConfig(obs_mode="image", history="none", max_moves=20, max_new_tokens=6, branching=True)
+    rollout = RolloutConfig(
+        obs_mode="image", history="none", max_moves=20, max_new_tokens=6, collector=collectors.settings_for("branches")
+    )
     stream = MazeStream(size=9, seed=0, max_optimal_moves=20)
     eval_set = "VisMaze-v0"
     n_eval = 8 if a.smoke else len(load_eval_set(eval_set))

@@ -28,12 +28,15 @@ from runners.train.calibration import calibrate
 from runners.train.run_info import record_invocation
 from runners.train.run_lock import run_dir_lock
 from runners.config import TrainConfig, to_dict, validate
-from runners.config.derived import max_images_per_prompt, rollout_config
+from runners.config.overrides import defaults_like
+from runners.config.derived import env_kwargs, max_images_per_prompt, rollout_config
+from runners.config.migrate import migrate
+from runners.config.runner import update_threads
 from runners.train import sft as sftmod
 from runners.train import sft_result
 from runners.train.fingerprints import result_fingerprint
 from runners.train.seeding import seed_everything
-from runners.train.checkpoint import CheckpointManager, checkpoint_files
+from runners.train.checkpoint import CheckpointManager, required_files
 from runners.train.metrics import MetricsLogger
 from runners.train.steps import set_threads
 
@@ -55,13 +58,13 @@ def prepare_base_model(config: TrainConfig) -> Path:
         return base_model_dir(config)
     out = base_model_dir(config)
     recipe = {
-        "model": dataclasses.asdict(config.model),
+        "model": build_recipe(dataclasses.asdict(config.model), type(config.model)),
         "size": config.maze.size,
         "max_moves": config.rollout.max_moves,
         "obs_mode": config.rollout.obs_mode,
         "seed": config.sft.seed,
     }
-    if _built_base_model(out) == recipe:
+    if _built_base_model(out, type(config.model)) == recipe:
         return out
     # Built whole beside its place and swapped in: a crash never leaves a model half-built (or tokens added
     # to a model that was already marked as finished).
@@ -80,9 +83,17 @@ BASE_MARKER = "mazegym_base.json"
 """The file naming what a built base model was built from (its recipe) and a fingerprint of its files."""
 
 
-def _built_base_model(out: Path) -> dict | None:
+def build_recipe(model: dict, settings: type) -> dict:
+    """The model settings a tiny build depends on: the ``model`` section without the settings that only a stage
+    reads (fields whose metadata names a ``stage``: SFT, RL or evaluation)."""
+    stages = {f.name for f in dataclasses.fields(settings) if f.metadata.get("stage")}
+    return {k: v for k, v in model.items() if k not in stages}
+
+
+def _built_base_model(out: Path, settings: type) -> dict | None:
     """The recipe ``out``'s base model was built from, when its marker is intact and its files still match the
-    fingerprint the marker recorded; else None (missing, edited or foreign: it is rebuilt)."""
+    fingerprint the marker recorded; else None (missing, edited or foreign: it is rebuilt). A marker written before
+    each part owned its section reads in today's layout (:func:`runners.config.migrate.migrate`)."""
     try:
         saved = json.loads((out / BASE_MARKER).read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
@@ -92,14 +103,22 @@ def _built_base_model(out: Path) -> dict | None:
     fingerprint = saved.pop("fingerprint", None)
     if fingerprint != result_fingerprint(out, skip=(BASE_MARKER,)):
         return None
+    if isinstance(saved.get("model"), dict) and "kind" not in saved["model"]:
+        try:
+            saved["model"] = migrate({"model": saved["model"]})["model"]
+        except (ValueError, KeyError):
+            return None
+    if isinstance(saved.get("model"), dict):
+        saved["model"] = build_recipe(saved["model"], settings)
     return saved
 
 
 def _build_tiny_model(config: TrainConfig, out: Path) -> None:
     """Build the tiny model of ``config.model`` (its registered spec's builder) into the empty directory ``out``,
     then add its task tokens."""
-    models.get(config.model.tiny).build(config, out)
-    if config.model.task_tokens:
+    context = models.BuildContext(seed=config.sft.seed, maze_size=config.maze.size, env_kwargs=env_kwargs(config))
+    models.get(config.model.kind).build(config.model, out, context)
+    if getattr(config.model, "task_tokens", False):
         task_tokens.add_task_tokens(
             out,
             task_tokens.task_phrases(
@@ -117,14 +136,14 @@ def build_generator(
 ):
     """The sampler: HF transformers (default) or vLLM (``sleep_mode``: an engine that can free its GPU
     memory during the update, for a colocated trainer), optionally with an adapter loaded as ``version``."""
-    if config.loop.engine == "vllm":
+    if config.engine.name == "vllm":
         from runners.rollout.generation.vllm import VLLMGenerator
 
         generator = VLLMGenerator(
             str(model_dir),
             dtype=config.model.dtype,
             max_lora_rank=config.lora.rank,
-            gpu_memory_utilization=config.runner.vllm_gpu_memory_utilization,
+            gpu_memory_utilization=config.engine.gpu_memory_utilization,
             max_images_per_prompt=max_images_per_prompt(config),
             **({"enable_sleep_mode": True} if sleep_mode else {}),
         )
@@ -154,15 +173,19 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
         value_head=algos.get(config.algo.name).needs_value_head,
         gradient_checkpointing=config.model.gradient_checkpointing,
     )
-    if config.model.vision_grad_iterations:
+    # The kinds with a recurrent vision encoder declare how RL runs it (MazeVLM's settings).
+    grad_iterations = getattr(config.model, "vision_grad_iterations", 0)
+    update_iterations = getattr(config.model, "vision_update_iterations", [])
+    if grad_iterations or update_iterations:
         spec = models.spec_of(policy.model)
-        if spec.truncate_vision_backward is None:
+        if spec.truncate_vision_backward is None or spec.vary_vision_iterations is None:
             raise ValueError(
-                f"model.vision_grad_iterations: the {spec.name} model at {model_dir} has no recurrent vision encoder"
+                f"model.kind={config.model.kind}: the {spec.name} model at {model_dir} has no recurrent vision encoder"
             )
-        spec.truncate_vision_backward(policy.model, config.model.vision_grad_iterations)
-    if config.model.vision_update_iterations:
-        models.spec_of(policy.model).vary_vision_iterations(policy.model, *config.model.vision_update_iterations)
+        if grad_iterations:
+            spec.truncate_vision_backward(policy.model, grad_iterations)
+        if update_iterations:
+            spec.vary_vision_iterations(policy.model, *update_iterations)
     return policy
 
 
@@ -190,10 +213,10 @@ def build_training(
     params = dict(config.algo.params)
     params.setdefault("seed", config.loop.seed)
     algorithm = algos.make(config.algo.name, policy, **params)
-    if config.loop.update_threads > 1 and config.model.device == "cpu":
+    if update_threads(config.runner) > 1 and config.model.device == "cpu":
         from algos.parallel import ThreadReplicas
 
-        algorithm.strategy = ThreadReplicas(policy, config.loop.update_threads)
+        algorithm.strategy = ThreadReplicas(policy, update_threads(config.runner))
     probe = None
     if config.loop.parity_every > 0:
         from runners.train.parity import ParityProbe
@@ -355,8 +378,15 @@ RECIPE_SECTIONS = ("model", "lora", "rollout", "algo", "sft")
 """Config sections a checkpoint's weights, optimizer and data were made with: a resume may not change them."""
 RECIPE_KEYS = ("maze.size", "maze.generator", "maze.stream_seed", "maze.eval_set", "loop.seed", "loop.mazes_per_step")
 """Single settings of other sections that a resume may not change either."""
-MAY_CHANGE = ("sft.checkpoint", "sft.enabled", "model.device")
-"""Settings of those sections a resume may change: where the SFT start is read from, and the device."""
+MAY_CHANGE = (
+    "sft.checkpoint",
+    "sft.enabled",
+    "model.device",
+    "model.eval_vision_iterations",
+    "model.scale_eval_vision_iterations",
+)
+"""Settings of those sections a resume may change: where the SFT start is read from, the device, how evaluation
+runs the model."""
 
 
 def refuse_changed_recipe(config: TrainConfig, checkpoint: Path) -> None:
@@ -377,6 +407,7 @@ def refuse_changed_recipe(config: TrainConfig, checkpoint: Path) -> None:
         return  # the checkpoint's own validity checks report a broken state.json
     if not isinstance(saved, dict):
         return
+    saved = migrate(saved)
     now = to_dict(config)
 
     def flat(data: dict, prefix: str = "") -> dict[str, object]:
@@ -391,7 +422,7 @@ def refuse_changed_recipe(config: TrainConfig, checkpoint: Path) -> None:
         return out
 
     # A setting added since the checkpoint was written is compared as its default, the behaviour the run had.
-    defaults = {k: v for k, v in flat(to_dict(TrainConfig())).items() if not k.startswith("algo.")}
+    defaults = {k: v for k, v in flat(to_dict(defaults_like(config))).items() if not k.startswith("algo.")}
     old, new = {**defaults, **flat(saved)}, flat(now)
     keys = sorted(
         k
@@ -442,6 +473,11 @@ def refuse_other_sft(config: TrainConfig, checkpoint: Path) -> None:
         )
 
 
+def checkpoint_files(config: TrainConfig) -> tuple[str, ...]:
+    """The files every checkpoint of this run must hold (the critic's weights too when the algorithm trains one)."""
+    return required_files(value_head=algos.get(config.algo.name).needs_value_head)
+
+
 def resume_point(config: TrainConfig, log: Callable[[str], None] = print) -> tuple[CheckpointManager, Path | None]:
     """The run dir's checkpoint manager and the checkpoint a run of ``config`` resumes (None: a fresh start).
 
@@ -484,9 +520,7 @@ def open_run(
     record_invocation(run_dir, command, calibration)
     metrics = MetricsLogger(
         run_dir,
-        wandb=config.logging.wandb,
-        mlflow=config.logging.mlflow,
-        project=config.logging.project,
+        sinks=config.logging.sinks,
         config=to_dict(config),
     )
     return run_dir, manager, resume_from, metrics

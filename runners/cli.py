@@ -14,9 +14,9 @@
     mazegym presets       the presets, or an algorithm's hyperparameters
 
 Configuration is layered: a preset (``--preset``; ``mazegym presets`` lists them), then config files
-(``--config a.yaml --config b.json``), then ``key=value`` overrides (``rollout.group_size=8``).
-Every key and value is checked before any work starts. ``mazegym train --help`` lists every
-key with its current value and help text.
+(``--config a.yaml --config b.json``), then ``key=value`` overrides (``rollout.group_size=8``), resolved in one place
+(:func:`runners.config.build_config`). Every key and value is checked before any work starts. ``mazegym train
+--help`` lists the keys of the chosen parts with their values and help text; ``--help-all`` every part's.
 """
 
 from __future__ import annotations

@@ -14,13 +14,14 @@ from typing import Any, Callable, Sequence
 
 from algos.data import Episode
 from runners import build
-from runners.config import TrainConfig, validate
+from runners.config import TrainConfig, to_dict, validate
 from runners.config.derived import rollout_config
 from runners.train.checkpoint import CheckpointManager, load_checkpoint, save_checkpoint
 from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
 from runners.train.metrics import MetricsLogger
 from runners.train.run_lock import run_dir_lock
 from runners.train.steps import eval_step, play_step_mazes, sync_step, update_step, vision_placeholder_ids
+from runners.train.sft_result import start_fingerprint
 from runners.train.sync import AdapterSync
 
 
@@ -118,7 +119,16 @@ class LocalExecutor:
 
     def checkpoint(self, step: int, stream_state: dict[str, Any], extra: dict[str, Any]) -> None:
         """Checkpoint ``step`` through :func:`save_checkpoint`."""
-        save_checkpoint(self.manager, step, self.policy, self.algorithm, stream_state, self.config, extra)
+        save_checkpoint(
+            self.manager,
+            step,
+            self.policy,
+            self.algorithm,
+            stream_state,
+            to_dict(self.config),
+            start_fingerprint(self.config),
+            extra,
+        )
 
     def save_adapter(self, directory: Path) -> None:
         """The final adapter, PEFT format."""

@@ -37,21 +37,25 @@ MEASURED = ROOT / "docs" / "assets" / "bench.json"
 
 def schemes(name: str) -> str:
     """The rollout schemes ``name`` trains on, and what ``mazegym train algo.name=NAME`` does on the default preset."""
-    from runners.config import apply_overrides, override_keys, resolve_scheme, scheme_of
-    from runners.config.presets import DEFAULT_PRESET, get_preset
-    from runners.config.schemes import SCHEME_NAMES
+    from runners.config import ConfigError, build_config, validate
+    from runners.config.presets import DEFAULT_PRESET
+    from runners.config.validation import SCHEME_NAMES
+    from runners.rollout import collectors
 
     supported = algos.rollout_schemes(name)
-    config = get_preset(DEFAULT_PRESET)
-    base, overrides = scheme_of(config), [f"algo.name={name}"]
-    note = resolve_scheme(apply_overrides(config, overrides), base, override_keys(overrides))
     words = " and ".join(SCHEME_NAMES[s] for s in supported) + ("" if len(supported) > 1 else " only")
-    if note is None:
+    config, _ = build_config(DEFAULT_PRESET, overrides=[f"algo.name={name}"])
+    base = collectors.of(config.rollout).scheme
+    if base in supported:
         return f"{words[0].upper()}{words[1:]}."
+    try:
+        validate(config, need_model=False)
+        refusal = "is accepted"
+    except ConfigError as exc:
+        refusal = f"is refused before anything runs: `{exc}`"
     return (
         f"{words[0].upper()}{words[1:]}. On the default preset (`{DEFAULT_PRESET}`, {SCHEME_NAMES[base]}) "
-        f"`mazegym train algo.name={name}` (and its `--dry-run`) moves the run there and prints `{note}`. Setting "
-        "the scheme yourself to one it cannot train on is a config error naming `rollout.branching`."
+        f"`mazegym train algo.name={name}` (and its `--dry-run`) {refusal}."
     )
 
 

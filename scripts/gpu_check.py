@@ -20,7 +20,7 @@ Steps
    :data:`QWEN3_VL_8B`) with random bf16 weights, LoRA r32, FSDP2 at world size 1, one GRPO update on
    synthetic 20-frame ``history=full`` turns at micro-batch 1 and 4, gradient checkpointing off and on:
    peak memory, seconds, and the free memory after the update (cached blocks released) against what the
-   engine's ``wake_up`` takes back (``runner.vllm_gpu_memory_utilization`` of the card). CPU: the same
+   engine's ``wake_up`` takes back (``engine.gpu_memory_utilization`` of the card). CPU: the same
    code on the tiny Qwen3-VL with 3 frames.
 3. serve-20-images: ``mazegym serve``'s app on the tiny Qwen3-VL answers a request holding 20 frames
    (a ``history=full`` play at move 20) and refuses one over the run's limit.
@@ -460,7 +460,7 @@ QWEN3_VL_8B = {
 FRAMES = 20
 """Frames in a ``history=full`` prompt at move 20 of the qwen3-vl-8b-lora32 preset."""
 WAKE_UTILIZATION = 0.5
-"""The preset's ``runner.vllm_gpu_memory_utilization``: what a sleeping engine takes back on ``wake_up``."""
+"""The preset's ``engine.gpu_memory_utilization``: what a sleeping engine takes back on ``wake_up``."""
 
 
 def _text_model_ids(tokenizer) -> dict[str, int]:
@@ -675,7 +675,7 @@ def check_train_resume(device: str, tiny_qwen3_vl: Path, work: Path) -> str:
     runner = "ray" if _imports("ray") else "local"
     engine = "vllm" if have_vllm() and not have_vllm().startswith("import failed") else "hf"
     run_dir = work / "train-resume"
-    common = [f"model.path={tiny_qwen3_vl}", "model.device=cuda", f"runner.kind={runner}", f"loop.engine={engine}"]
+    common = [f"model.path={tiny_qwen3_vl}", "model.device=cuda", f"runner.kind={runner}", f"engine.name={engine}"]
     out = []
     for steps, resume in ((2, "none"), (3, "latest")):
         cmd = [
@@ -738,7 +738,7 @@ def check_serve(device: str, tiny_qwen3_vl: Path, work: Path) -> str:
     from runners.artifacts.serve import client
     from runners.build import build_generator
 
-    config = _tiny_qwen3_config(tiny_qwen3_vl, device, work / "serve-run", "loop.engine=hf")
+    config = _tiny_qwen3_config(tiny_qwen3_vl, device, work / "serve-run", "engine.name=hf")
     policy = srv.ServedPolicy(build_generator(config, tiny_qwen3_vl), config, "tiny Qwen3-VL", tiny_qwen3_vl)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -245,7 +245,7 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
             f"run_dir={run_dir}",
             "model.device=cuda",
             "model.dtype=float32",
-            "loop.engine=vllm",
+            "engine.name=vllm",
             "sft.steps=150",
             f"loop.steps={steps}",
             "loop.mazes_per_step=4",
@@ -254,11 +254,11 @@ def check_ray_runner(workdir: Path, steps: int) -> dict:
             "eval.every=0",
             "checkpoint.every=2",
             "logging.progress=false",
-            "loop.num_threads=0",
+            "runner.num_threads=0",
             "runner.kind=ray",
             "runner.num_workers=1",
             "runner.num_gpus=1",
-            "runner.vllm_gpu_memory_utilization=0.3",
+            "engine.gpu_memory_utilization=0.3",
         ],
     )
     ray.init(address="local", include_dashboard=False, log_to_driver=True)

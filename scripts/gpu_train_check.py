@@ -64,7 +64,7 @@ Zero-variance filtering is off and a small entropy bonus is on, so every update 
 adapter (a non-zero gradient) even when every rollout of a weak SFT start fails alike."""
 
 MAZE_VLM_BUDGET = [
-    "sft.vision_steps=10",
+    "model.vision_pretraining.steps=10",
     "sft.steps=10",
     "sft.batch_size=32",
     "loop.steps=2",
@@ -84,7 +84,7 @@ QWEN3_OVERRIDES = [
     "runner.kind=local",
     "runner.num_workers=1",
     "runner.num_gpus=1",
-    "loop.engine=hf",
+    "engine.name=hf",
     "loop.steps=1",
     "loop.mazes_per_step=2",
     "rollout.group_size=4",

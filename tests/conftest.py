@@ -19,6 +19,7 @@ QUICK_MODULES = {
     "test_losses.py",
     "test_algos.py",
     "test_config.py",
+    "test_config_keys.py",
     "test_layering.py",
     "test_code_shape.py",
     "test_drift.py",

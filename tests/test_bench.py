@@ -112,8 +112,21 @@ def test_tracks_give_every_run_the_same_budget_and_schedule():
         settings = t.run_settings()
         assert f"loop.steps={t.rl_steps}" in settings and f"loop.max_env_turns={t.env_turns}" in settings
         assert t.scheme in ("episodes", "branching")
-    shared = [t.start_key for t in TRACKS.values() if t.preset == "cpu-maze-loops"]
-    assert len(set(shared)) == 1  # loops and long share one start checkpoint
+    shared = [t for t in TRACKS.values() if (t.start_preset or t.preset) == "cpu-maze-loops"]
+    assert len(shared) == 2 and len({t.start_key for t in shared}) == 1  # loops and long share one start checkpoint
+
+
+def test_each_tracks_scheme_is_its_presets_and_a_start_preset_differs_only_by_the_scheme():
+    from runners.config import to_dict
+    from runners.config.presets import get_preset
+    from runners.rollout import collectors
+
+    for t in TRACKS.values():
+        assert collectors.of(get_preset(t.preset).rollout).scheme == t.scheme, t.name
+        if t.start_preset:
+            runs, start = to_dict(get_preset(t.preset)), to_dict(get_preset(t.start_preset))
+            for section in ("model", "maze", "sft", "lora"):  # what the supervised start is made of
+                assert runs[section] == start[section], (t.name, section)
 
 
 def test_bench_list_names_every_track(capsys):

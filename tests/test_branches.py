@@ -1,5 +1,7 @@
 """The branches collector (runners.rollout.collectors.branches): greedy walks, rewards, groups."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,8 +11,10 @@ from algos.advantages import grpo_advantages
 from mazegym.maze import MazeSpec
 from mazegym.solver import MOVES, bfs_distances, next_cell
 from runners.rollout.collect import RolloutConfig, collect_groups, rollout_metrics
+from runners.config.fields import problem, settings
 from runners.rollout.collectors.branches import (
-    branch_settings,
+    BranchSettings,
+    check_settings,
     collect_branches,
     continuation_values,
     greedy_moves_to_goal,
@@ -18,6 +22,18 @@ from runners.rollout.collectors.branches import (
 from tests.test_rollout import ScriptedGenerator, _mazes, _oracle_reply
 
 RIGHT, UP, LEFT, DOWN = 0, 1, 2, 3
+
+
+def branching(**kwargs) -> RolloutConfig:
+    """Rollout settings that choose the branches collector; ``branch_<key>`` arguments are its own settings."""
+    own = {k.removeprefix("branch_"): kwargs.pop(k) for k in list(kwargs) if k.startswith("branch_")}
+    return RolloutConfig(collector=BranchSettings(name="branches", **own), **kwargs)
+
+
+def problems(rollout: RolloutConfig) -> str:
+    """What validation says of the branch settings: each field's one check, then the collector's rules."""
+    found = [f"{key}={value!r} {p}" for key, value, f in settings(rollout.collector) if (p := problem(value, f))]
+    return "; ".join(found + check_settings(rollout))
 
 
 def corridor() -> MazeSpec:
@@ -50,8 +66,7 @@ def test_greedy_walk_counts_moves_and_finds_loops_and_limits():
 def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances():
     mazes = _mazes(2, size=7)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(
-        branching=True,
+    config = branching(
         state_prompt=True,
         history="none",
         max_moves=20,
@@ -96,7 +111,7 @@ def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances
 def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
     maze = _mazes(1, size=9, seed=3)[0]
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=3, max_new_tokens=32)
+    config = branching(state_prompt=True, history="none", max_moves=3, max_new_tokens=32)
     episodes = collect_groups(gen, [maze], config)  # branching=true selects the branches collector
     dist = bfs_distances(maze.grid, maze.goal)
     for e in episodes:
@@ -111,20 +126,16 @@ def test_branches_past_the_move_limit_earn_nothing_and_groups_normalise():
 
 
 def test_branching_refuses_history_and_stop_actions():
-    with pytest.raises(ValueError, match="history"):
-        branch_settings(RolloutConfig(branching=True, history="full"))
-    with pytest.raises(ValueError, match="require_stop"):
-        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", require_stop=True))
-    with pytest.raises(ValueError, match="branch_gamma"):
-        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_gamma=0.0))
+    assert "needs rollout.history=none" in problems(branching(history="full"))
+    assert "require_stop=false" in problems(branching(state_prompt=True, history="none", require_stop=True))
+    assert "gamma=0.0 is out of range" in problems(branching(state_prompt=True, history="none", branch_gamma=0.0))
+    assert problems(branching(state_prompt=True, history="none")) == ""
 
 
 def test_malformed_greedy_replies_are_loops_not_crashes():
     maze = _mazes(1, size=7)[0]
     gen = ScriptedGenerator(lambda i, call, p: ("\udcff no move here", "stop"))
-    episodes = collect_branches(
-        gen, [maze], RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20)
-    )
+    episodes = collect_branches(gen, [maze], branching(state_prompt=True, history="none", max_moves=20))
     # Only the moves into the goal succeed: every other branch continues with a policy that never moves.
     assert {e.success for e in episodes} == {True, False}
     assert all(e.turns[0].reward in (0.0, 1.0) for e in episodes)
@@ -133,8 +144,8 @@ def test_malformed_greedy_replies_are_loops_not_crashes():
 def test_best_reward_marks_exactly_the_most_valuable_branches():
     mazes = _mazes(2, size=7, seed=4)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32)
-    assert config.branch_reward == "best"
+    config = branching(state_prompt=True, history="none", max_moves=20, max_new_tokens=32)
+    assert config.collector.reward == "best"
     episodes = collect_branches(gen, mazes, config)
     for gid in {e.group_id for e in episodes}:
         group = [e for e in episodes if e.group_id == gid]
@@ -159,8 +170,7 @@ def test_sampled_continuations_average_into_the_branch_value():
 
     temperatures = []
     gen = RecordingGenerator(lambda i, call, p: ("no move", "stop") if call == 0 else oracle(i, call, p))
-    config = RolloutConfig(
-        branching=True,
+    config = branching(
         state_prompt=True,
         history="none",
         max_moves=20,
@@ -181,8 +191,7 @@ def test_sampled_continuations_average_into_the_branch_value():
         greedy_value = 1.0 if after == maze.goal else 0.0
         assert e.turns[0].reward == pytest.approx((greedy_value + 0.5 ** dist[after]) / 2)
         assert e.success == (after == maze.goal)  # success is the greedy continuation's
-    with pytest.raises(ValueError, match="branch_worlds"):
-        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_worlds=-1))
+    assert "worlds=-1 is out of range" in problems(branching(state_prompt=True, history="none", branch_worlds=-1))
 
 
 def _per_cell_moves():
@@ -241,7 +250,7 @@ def test_moves_at_cells_asks_every_open_cell_once():
 
     mazes = _mazes(2, size=7)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(branching=True, state_prompt=True, history="none", max_moves=20, max_new_tokens=32)
+    config = branching(state_prompt=True, history="none", max_moves=20, max_new_tokens=32)
     anchors, prompts = cell_prompts(mazes, config, gen.encoder)
     moves = moves_at_cells(gen, anchors, prompts, SamplingConfig(max_new_tokens=32, temperature=0.0), len(mazes))
     assert gen.calls == [len(anchors)] and len(anchors) == sum(int((~m.grid).sum()) - 1 for m in mazes)
@@ -261,9 +270,7 @@ def test_state_prompts_make_a_plays_prompt_on_a_cell_the_branch_prompt_of_that_c
     mazes = _mazes(3, size=7, seed=4)
     moves = ["<action>right</action>", "<action>up</action>", "<action>left</action>", "<action>down</action>"]
     gen = ScriptedGenerator(lambda i, call, p: (moves[(len(p.prompt_ids) * 7 + i + call) % 4], "stop"))
-    config = RolloutConfig(
-        branching=True, state_prompt=True, history="none", obs_mode="text", max_moves=12, max_new_tokens=16
-    )
+    config = branching(state_prompt=True, history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
     anchors, prompts = cell_prompts(mazes, config, gen.encoder)
     asked = {(mazes[i].maze_id, cell): p.prompt_ids for (i, cell), p in zip(anchors, prompts)}
     episodes = evaluate_mazes(gen, mazes, config)
@@ -273,7 +280,7 @@ def test_state_prompts_make_a_plays_prompt_on_a_cell_the_branch_prompt_of_that_c
         cell = tuple(int(x) for x in turn.state.split(","))
         assert turn.prompt_ids == asked[(maze_id, cell)]
     # Without it the move counter makes the same cell a different prompt on later moves.
-    plain = RolloutConfig(history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
+    plain = branching(history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
     anchors, prompts = cell_prompts(mazes, plain, gen.encoder)
     first = {(mazes[i].maze_id, cell): p.prompt_ids for (i, cell), p in zip(anchors, prompts)}
     later = [(m, t) for m, t in ((e.maze_id, t) for e in evaluate_mazes(gen, mazes, plain) for t in e.turns[1:])]
@@ -308,8 +315,9 @@ def test_moves_only_continuations_renormalise_the_move_replies_by_hand():
     assert sampled[(1, 1)] == pytest.approx([0.9, 0.81, 0.81, 0.81])  # every world moves right: no stay outcome
     standing = continuation_values(maze, probs, limit=4, gamma=0.9, samples=None)
     assert standing[(1, 1)][0] < 0.05  # without it, (1,2) writes an unparseable reply 99% of the time
-    with pytest.raises(ValueError, match="branch_moves_only"):
-        branch_settings(RolloutConfig(history="none", branching=True, branch_moves_only=True))
+    assert "moves_only renormalises the scored move distribution" in problems(
+        branching(history="none", branch_moves_only=True)
+    )
 
 
 def _bfs_move(maze, cell):
@@ -385,8 +393,7 @@ def test_sampled_branches_score_the_replies_once_and_label_from_their_distributi
     )  # noqa: E731
     gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
     gen.scored = []
-    config = RolloutConfig(
-        branching=True,
+    config = branching(
         state_prompt=True,
         history="none",
         max_moves=20,
@@ -416,14 +423,10 @@ def test_sampled_branches_score_the_replies_once_and_label_from_their_distributi
             rewarded += 1
             assert e.turns[0].action == _bfs_move(maze, cell)
     assert rewarded > anchors // 2  # with the greedy world right everywhere, every cell is labelled
-    with pytest.raises(ValueError, match="branch_continuation"):
-        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_continuation="oracle"))
-    with pytest.raises(ValueError, match="branch_worlds"):
-        branch_settings(
-            RolloutConfig(
-                branching=True, state_prompt=True, history="none", branch_continuation="sampled", branch_worlds=2
-            )
-        )
+    oracle = branching(state_prompt=True, history="none", branch_continuation="oracle")
+    assert "continuation='oracle' is not allowed" in problems(oracle)
+    both = branching(state_prompt=True, history="none", branch_continuation="sampled", branch_worlds=2)
+    assert "worlds adds greedy-style continuations" in problems(both)
 
 
 def test_settled_cells_are_left_out_and_counted():
@@ -454,8 +457,7 @@ def test_settled_cells_are_left_out_and_counted():
     gen.first = lambda p: tuple(p.prompt_ids) in first_prompts
     from runners.rollout.collectors.branches import cell_prompts
 
-    config = RolloutConfig(
-        branching=True,
+    config = branching(
         state_prompt=True,
         history="none",
         max_moves=20,
@@ -469,10 +471,11 @@ def test_settled_cells_are_left_out_and_counted():
     assert {e.maze_id for e in episodes} == {mazes[1].maze_id} and len(episodes) == 4 * anchors[1]
     assert rollout_metrics(episodes)["branch_settled_frac"] == pytest.approx(anchors[0] / sum(anchors))
     # Every cell settled: nothing to train, and the algorithm's update says so instead of failing.
-    config_all = RolloutConfig(**{**config.__dict__, "branch_settled": 0.4})
+    config_all = dataclasses.replace(config, collector=dataclasses.replace(config.collector, settled=0.4))
     assert collect_branches(gen, mazes, config_all) == []
-    with pytest.raises(ValueError, match="branch_settled"):
-        branch_settings(RolloutConfig(branching=True, state_prompt=True, history="none", branch_settled=0.9))
+    assert "settled needs the scored move distribution" in problems(
+        branching(state_prompt=True, history="none", branch_settled=0.9)
+    )
 
 
 def test_settled_is_the_best_moves_share_of_the_four_and_beats_malformed_replies():
@@ -499,8 +502,7 @@ def test_sampled_worlds_do_not_depend_on_how_a_step_is_sliced():
             return [table.setdefault(tuple(p.prompt_ids), list(np.log(rng.dirichlet(np.ones(5))[:4]))) for p in prompts]
 
     gen = DistributionGenerator(lambda i, call, p: ("no move", "stop"))
-    config = RolloutConfig(
-        branching=True,
+    config = branching(
         state_prompt=True,
         history="none",
         max_moves=20,
@@ -525,7 +527,7 @@ def test_play_prompts_ask_each_cell_with_a_counter_and_the_feedback_of_arriving_
 
     mazes = _mazes(3, size=7, seed=4)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
-    config = RolloutConfig(history="none", obs_mode="text", max_moves=12, max_new_tokens=16, branch_prompts="play")
+    config = branching(history="none", obs_mode="text", max_moves=12, max_new_tokens=16, branch_prompts="play")
     anchors, prompts = cell_prompts(mazes, config, gen.encoder, seed=5)
     texts = [gen.encoder.tokenizer.decode(p.prompt_ids) for p in prompts]
     counters = set()
@@ -542,12 +544,11 @@ def test_play_prompts_ask_each_cell_with_a_counter_and_the_feedback_of_arriving_
     again = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, seed=5)[1]]
     other = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, seed=6)[1]]
     assert again == [p.prompt_ids for p in prompts] and other != again
-    first = RolloutConfig(history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
+    first = branching(history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
     assert all(
         "This is move 1." in gen.encoder.tokenizer.decode(p.prompt_ids)
         for p in cell_prompts(mazes, first, gen.encoder)[1]
     )
-    with pytest.raises(ValueError, match="branch_prompts"):
-        from runners.rollout.collectors.branches import branch_settings
-
-        branch_settings(RolloutConfig(history="none", branch_prompts="last"))
+    assert "prompts='last' is not allowed; choose one of first, play" in problems(
+        branching(history="none", branch_prompts="last")
+    )

@@ -38,17 +38,39 @@ def test_each_subcommand_has_help(sub, capsys):
     text = capsys.readouterr().out
     assert f"usage: mazegym {sub}" in text
     if sub in ("train", "sft", "eval", "export"):
-        # the config keys, their values and their help are listed
-        assert "rollout.group_size = 8" in text
-        assert "GRPO group" in text
-        assert "algo.<field>" in text
+        # the keys of the settings every run has and of the chosen parts, their values and their help
+        assert "rollout.group_size = 8" in text and "GRPO group" in text
+        assert "[model: maze-vlm (model kind model.kind=maze-vlm)]" in text and "model.vision_width = 32" in text
+        assert "[rollout.collector: branches" in text and "rollout.collector.samples = 32" in text
+        assert "[algo: grpo (its hyperparameters, algo.<field>=value)]" in text and "algo.clip_eps_low = " in text
+        assert "[runner: local" in text and "runner.num_workers" not in text  # the Ray runner's: --help-all
+        assert "--help-all" in text
+
+
+def test_help_lists_the_parts_the_command_line_chose_and_help_all_every_part(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--preset", "cpu-tiny", "runner.kind=ray", "--help"])
+    text = capsys.readouterr().out
+    assert "[model: text" in text and "model.vision_width" not in text and "runner.num_workers = 1" in text
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["train", "--preset", "cpu-tiny", "--help-all"])
+    text = capsys.readouterr().out
+    assert exc.value.code == 0 and "usage: mazegym train" in text
+    for part in (
+        "[model: maze-vlm (model.kind=maze-vlm)]",
+        "[rollout.collector: branches",
+        "[runner: ray",
+        "[algo: ppo",
+    ):
+        assert part in text, part
 
 
 def test_train_help_shows_values_of_the_chosen_preset(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--preset", "qwen3-vl-8b-lora32", "--help"])
     text = capsys.readouterr().out
-    assert "values shown for preset qwen3-vl-8b-lora32" in text and "lora.rank = 32" in text
+    assert "values for preset qwen3-vl-8b-lora32" in text and "lora.rank = 32" in text
+    assert "[engine: vllm" in text and "engine.gpu_memory_utilization = 0.5" in text
 
 
 def test_dry_run_of_the_8b_preset_prints_the_plan_without_gpu(capsys, tmp_path):
@@ -63,26 +85,22 @@ def test_dry_run_of_the_8b_preset_prints_the_plan_without_gpu(capsys, tmp_path):
     assert not (tmp_path / "r").exists(), "a dry run must not create the run dir"
 
 
-def test_choosing_an_algorithm_is_one_setting(capsys, tmp_path):
-    """Every registered algorithm runs on the default preset: on its branching rollouts, or moved to a scheme it
-    trains on, which the dry run says in one line."""
+def test_choosing_an_algorithm_is_one_setting_on_a_preset_of_a_scheme_it_trains_on(capsys, tmp_path):
+    """Every registered algorithm runs on the default preset's branching rollouts or on the preset for episode plays;
+    an algorithm that cannot branch is refused on the default preset, naming the preset to use. Nothing is rewritten:
+    the dry run prints the config as it runs."""
     import algos
 
     for name in algos.available():
         code, out, err = _run_main(["train", "--dry-run", f"algo.name={name}", f"run_dir={tmp_path / 'r'}"], capsys)
-        assert code == 0, f"{name}: {err}"
-        notes = [line for line in out.splitlines() if line.startswith("  note ")]
         if "branching" in algos.rollout_schemes(name):
-            assert not notes and "rollout.branching = true" in out, name
+            assert code == 0 and 'rollout.collector.name = "branches"' in out, f"{name}: {err}"
         else:
-            assert len(notes) == 1 and f"algo.name={name} trains on episode plays only: " in notes[0], name
-            assert "rollout.branching = false" in out
-    code, out, _ = _run_main(["train", "--dry-run", "algo.name=ppo", f"run_dir={tmp_path / 'r'}"], capsys)
-    assert (
-        "algo.name=ppo trains on episode plays only: rollout.branching=false loop.overlap_generation=false "
-        "algo.skip_zero_advantage=false algo.filter_zero_variance=false rollout.temperature=0.3 "
-        "loop.mazes_per_step=16 algo.epochs=1 (set rollout.branching to choose the scheme yourself)" in out
-    )
+            assert code == 2 and "use --preset cpu-maze-loops-plays" in err, name
+        assert "  note " not in out
+        argv = ["train", "--dry-run", "--preset", "cpu-maze-loops-plays", f"algo.name={name}"]
+        code, out, err = _run_main([*argv, f"run_dir={tmp_path / 'r'}"], capsys)
+        assert code == 0 and 'rollout.collector.name = "plays"' in out, f"{name}: {err}"
 
 
 def test_dry_run_says_when_sft_starts_from_a_checkpoint(capsys, tmp_path):
@@ -94,37 +112,46 @@ def test_dry_run_says_when_sft_starts_from_a_checkpoint(capsys, tmp_path):
     assert "SFT (vision pretraining" in out
 
 
+def test_dry_run_notes_the_settings_of_a_replaced_part(capsys, tmp_path):
+    argv = ["train", "--dry-run", "model.kind=text", "rollout.obs_mode=text", f"run_dir={tmp_path / 'r'}"]
+    code, out, err = _run_main(argv, capsys)
+    assert code == 0, err
+    (note,) = [line for line in out.splitlines() if line.startswith("  note ")]
+    assert "model.kind=text (override model.kind=text) replaces an earlier choice" in note and "vision_width" in note
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["rollout.branching=true"], "rollout.branching=true: algo.name=ppo trains on episode plays only; set "),
-        (["algo.skip_zero_advantage=true"], "algo (ppo): skip_zero_advantage drops turns"),  # the user's, kept
-        (["loop.overlap_generation=true"], "loop.overlap_generation=true needs rollout.branching=true"),
+        (["rollout.collector.name=branches"], "algo.name=ppo trains on episode plays only, but "),
+        (["algo.skip_zero_advantage=true"], "algo (ppo): algo.skip_zero_advantage drops turns"),
+        (["loop.overlap_generation=true"], "loop.overlap_generation=true needs a collector that draws no random"),
     ],
 )
-def test_settings_the_user_chose_are_kept_and_a_conflict_names_the_field(extra, message, capsys, tmp_path):
+def test_a_conflict_names_the_field_before_anything_runs(extra, message, capsys, tmp_path):
     for dry in (["--dry-run"], []):
-        code, out, err = _run_main(["train", *dry, "algo.name=ppo", *extra, f"run_dir={tmp_path / 'r'}"], capsys)
+        argv = ["train", *dry, "--preset", "cpu-maze-loops-plays", "algo.name=ppo", *extra]
+        code, out, err = _run_main([*argv, f"run_dir={tmp_path / 'r'}"], capsys)
         assert code == 2 and message in err and "Traceback" not in err
         assert not (tmp_path / "r").exists()
 
 
-def test_a_config_file_choosing_the_scheme_counts_as_the_users_choice(capsys, tmp_path):
+def test_a_config_file_is_read_the_same_way(capsys, tmp_path):
     config = tmp_path / "c.json"
-    config.write_text('{"algo": {"name": "ppo"}, "rollout": {"branching": true}}')
-    code, out, err = _run_main(["train", "--dry-run", "--config", str(config), f"run_dir={tmp_path / 'r'}"], capsys)
-    assert code == 2 and "rollout.branching=true: algo.name=ppo" in err
     config.write_text('{"algo": {"name": "ppo"}}')
     code, out, err = _run_main(["train", "--dry-run", "--config", str(config), f"run_dir={tmp_path / 'r'}"], capsys)
-    assert code == 0 and "algo.name=ppo trains on episode plays only" in out
+    assert code == 2 and "use --preset cpu-maze-loops-plays" in err
+    argv = ["train", "--dry-run", "--preset", "cpu-maze-loops-plays", "--config", str(config)]
+    code, out, err = _run_main([*argv, f"run_dir={tmp_path / 'r'}"], capsys)
+    assert code == 0 and 'algo.name = "ppo"' in out
 
 
-def test_ppo_trains_on_the_default_pipeline_with_one_setting(tmp_path):
-    """`mazegym train --preset smoke algo.name=ppo`: the default pipeline, moved to episode plays, runs to the end."""
+def test_ppo_trains_on_the_plays_pipeline_with_one_setting(tmp_path):
+    """`mazegym train --preset smoke-plays algo.name=ppo`: the default pipeline on episode plays runs to the end."""
     import json
 
     run = tmp_path / "ppo"
-    argv = ["train", "--preset", "smoke", "algo.name=ppo", f"run_dir={run}", "logging.progress=false"]
+    argv = ["train", "--preset", "smoke-plays", "algo.name=ppo", f"run_dir={run}", "logging.progress=false"]
     out = subprocess.run(
         [sys.executable, "-m", "runners.cli", *argv],
         capture_output=True,
@@ -133,9 +160,8 @@ def test_ppo_trains_on_the_default_pipeline_with_one_setting(tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "algo.name=ppo trains on episode plays only: rollout.branching=false" in out.stdout
     config = json.loads((run / "config.json").read_text())
-    assert config["algo"]["name"] == "ppo" and config["rollout"]["branching"] is False
+    assert config["algo"]["name"] == "ppo" and config["rollout"]["collector"] == {"name": "plays"}
     results = json.loads((run / "eval_results.json").read_text())
     assert results["rl_steps"] == 2
     if sys.platform != "win32":  # the run records its peak memory and prints it under the table
@@ -144,7 +170,7 @@ def test_ppo_trains_on_the_default_pipeline_with_one_setting(tmp_path):
 
 def test_dry_run_still_rejects_bad_configs(capsys):
     code, out, err = _run_main(["train", "--preset", "qwen3-vl-8b-lora32", "--dry-run", "lora.rank=0"], capsys)
-    assert code == 2 and "lora.rank must be >= 1" in err
+    assert code == 2 and "lora.rank=0 is out of range: it must be >= 1" in err
 
 
 @pytest.mark.parametrize(
@@ -158,7 +184,7 @@ def test_dry_run_still_rejects_bad_configs(capsys):
         ),
         (["train", "--preset", "nope"], "unknown preset 'nope'"),
         (["sft", "sft.mode=both"], "sft.mode='both' is not allowed"),
-        (["eval", "maze.eval_set=nope"], "maze eval set 'nope' does not exist"),
+        (["eval", "maze.eval_set=nope"], "maze.eval_set='nope' does not exist"),
     ],
 )
 def test_config_errors_exit_2_with_a_fix(argv, message, capsys, tmp_path):
@@ -224,6 +250,6 @@ def test_ray_runner_without_ray_is_refused_by_the_dry_run_and_the_run(monkeypatc
 def test_dry_run_names_a_missing_vllm(monkeypatch, capsys, tmp_path):
     _without(monkeypatch, "vllm")
     code, out, err = _run_main(
-        ["train", "--dry-run", "--preset", "cpu-tiny", "loop.engine=vllm", f"run_dir={tmp_path / 'r'}"], capsys
+        ["train", "--dry-run", "--preset", "cpu-tiny", "engine.name=vllm", f"run_dir={tmp_path / 'r'}"], capsys
     )
-    assert code == 0 and "loop.engine=vllm needs vllm, which is not installed here" in out
+    assert code == 0 and "engine.name=vllm needs vllm, which is not installed here" in out

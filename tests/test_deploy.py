@@ -100,7 +100,7 @@ def test_gpu_workers_match_the_preset_and_the_runner_placement():
     preset = get_preset(PRESET)
     config, ray_cfg = job_config()
     assert config.preset == PRESET and config.lora.rank == 32 == preset.lora.rank
-    assert config.runner.kind == "ray" and config.model.device == "cuda" and config.loop.engine == "vllm"
+    assert config.runner.kind == "ray" and config.model.device == "cuda" and config.engine.name == "vllm"
     assert ray_cfg.num_workers == preset.runner.num_workers == 6
     assert ray_cfg.gpus_per_worker == 1.0, "one vLLM engine + one training rank per GPU"
     assert ray_cfg.address == "auto" and ray_cfg.max_restarts >= 1

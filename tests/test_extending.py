@@ -14,7 +14,7 @@ import algos
 from algos.data import Episode, Turn
 from algos.policies.net import MazeNetPolicy
 from runners import cli, models
-from runners.config import ConfigError, apply_overrides, override_keys, resolve_scheme, scheme_of, validate
+from runners.config import ConfigError, apply_overrides, validate
 from runners.config.presets import get_preset
 from runners.registry import PLUGIN_MODULE_PREFIX, load_plugin
 
@@ -55,7 +55,7 @@ def test_the_command_line_names_a_bad_plugin_and_a_part_no_plugin_registered(tmp
     assert cli.main(["train", "--dry-run", "--plugin", str(tmp_path / "missing.py")]) == 2
     err = capsys.readouterr().err
     assert "config error: --plugin: plugin file" in err and "does not exist" in err
-    assert cli.main(["train", "--preset", "cpu-tiny", f"run_dir={tmp_path / 'r'}", "model.tiny=nope"]) == 2
+    assert cli.main(["train", "--preset", "cpu-tiny", f"run_dir={tmp_path / 'r'}", "model.kind=nope"]) == 2
     assert "--plugin FILE.py" in capsys.readouterr().err
 
 
@@ -97,7 +97,6 @@ def test_the_docs_algorithm_is_listed_and_set_from_the_command_line(tmp_path, ca
 
 
 def _short_run(config, tmp_path: Path, overrides: list[str]) -> None:
-    base = scheme_of(config)
     apply_overrides(
         config,
         [
@@ -110,7 +109,6 @@ def _short_run(config, tmp_path: Path, overrides: list[str]) -> None:
             *overrides,
         ],
     )
-    resolve_scheme(config, base, override_keys(overrides))
     validate(config)
 
 
@@ -135,7 +133,7 @@ def test_the_docs_model_builds_sfts_and_trains_a_step(tmp_path):
     if "tiny-llama" not in models.available():
         load_plugin(str(docs_example("Add a model", tmp_path / "tiny_llama.py")))
     config = get_preset("cpu-tiny")
-    overrides = ["model.tiny=tiny-llama", "sft.steps=3", "sft.batch_size=8", "loop.steps=1", "loop.mazes_per_step=2"]
+    overrides = ["model.kind=tiny-llama", "sft.steps=3", "sft.batch_size=8", "loop.steps=1", "loop.mazes_per_step=2"]
     _short_run(config, tmp_path, [*overrides, "rollout.group_size=2", "maze.heldout_sets=[]"])
     train(config, log=lambda m: None)
     base = json.loads((tmp_path / "run" / "base_model" / "config.json").read_text())
@@ -144,4 +142,4 @@ def test_the_docs_model_builds_sfts_and_trains_a_step(tmp_path):
     (record,) = read_jsonl(tmp_path / "run" / "metrics.jsonl", phase="rl")
     assert record["rollout/episodes"] == 4
     with pytest.raises(ConfigError, match="cannot see them"):  # the spec's own check, as for the built-in text LM
-        validate(apply_overrides(get_preset("cpu-tiny"), ["model.tiny=tiny-llama", "rollout.obs_mode=image"]))
+        validate(apply_overrides(get_preset("cpu-tiny"), ["model.kind=tiny-llama", "rollout.obs_mode=image"]))

@@ -21,7 +21,7 @@ def _config(*overrides: str):
     from runners.config import apply_overrides
     from runners.config.presets import get_preset
 
-    return apply_overrides(get_preset("cpu-tiny"), ["run_dir=unused", "loop.num_threads=1", *overrides])
+    return apply_overrides(get_preset("cpu-tiny"), ["run_dir=unused", "runner.num_threads=1", *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_gradient_checkpointing_reaches_the_policy_before_it_is_sharded(tiny_tex
         return policy
 
     for setting in (False, True):
-        config = _config(f"model.gradient_checkpointing={str(setting).lower()}", "loop.engine=hf")
+        config = _config(f"model.gradient_checkpointing={str(setting).lower()}", "engine.name=hf")
         _, policy, _, _ = build.build_training(config, tiny_text, prepare_policy=shard)
         assert seen["checkpointing"] is setting
         assert policy.model.get_base_model().is_gradient_checkpointing is setting

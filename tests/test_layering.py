@@ -398,3 +398,84 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
     source.write_text("def f():\n    from runners.build import build_generator\n")
     deps = runners_imports(source, {"runners.build", "runners.train.steps"})
     assert deps == {"runners.build"} and _unit("runners.train.steps")[0] < _unit("runners.build")[0]
+
+
+BELOW_THE_WIRING = ("algos", "runners/models", "runners/rollout", "runners/train")
+"""Packages whose modules receive the settings they need as arguments, never a whole TrainConfig."""
+TRAIN_STAGES = {
+    "runners/train/loop.py",
+    "runners/train/steps.py",
+    "runners/train/sft.py",
+    "runners/train/sft_result.py",
+}
+"""The stage drivers of runners/train (the RL loop, its step phases, the SFT stage and where its result lives): wiring,
+as runners/build.py is; they turn the run's config into calls of the internals."""
+
+
+def train_config_fields() -> dict[str, set[str]]:
+    """Section name -> its keys, of a TrainConfig and of every registered part's settings (model kinds,
+    collectors, engines, runners)."""
+    import dataclasses
+
+    from runners.config import TrainConfig
+    from runners.config.parts import SLOTS
+
+    config = TrainConfig()
+    out = {
+        f.name: {g.name for g in dataclasses.fields(getattr(config, f.name))}
+        for f in dataclasses.fields(config)
+        if dataclasses.is_dataclass(getattr(config, f.name))
+    }
+    for slot in SLOTS:
+        head = slot.section.split(".")[0]
+        for name in slot.names():
+            out[head] |= (
+                {g.name for g in dataclasses.fields(slot.settings_class(name))} if "." not in slot.section else set()
+            )
+    return out
+
+
+def train_config_reads(path: Path, sections: dict[str, set[str]]) -> list[str]:
+    """``line: what`` for each import of ``TrainConfig`` (or of ``runners.config``) and each read of a run config's
+    setting, ``<name>.<section>.<key>`` with a TrainConfig section and one of its keys, in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runners.config"):
+            found.append(f"{node.lineno}: from {node.module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Import) and any(a.name.startswith("runners.config") for a in node.names):
+            found.append(f"{node.lineno}: import runners.config")
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id != "self"
+            and node.attr in sections.get(node.value.attr, ())
+        ):
+            found.append(f"{node.lineno}: {node.value.value.id}.{node.value.attr}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_no_module_below_the_wiring_reads_a_train_config():
+    sections = train_config_fields()
+    files = [p for package in BELOW_THE_WIRING for p in sorted((ROOT / package).rglob("*.py"))]
+    offenders = {
+        str(p.relative_to(ROOT)): train_config_reads(p, sections)
+        for p in files
+        if str(p.relative_to(ROOT)) not in TRAIN_STAGES
+    }
+    assert len(files) > 40 and {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_train_config_scan_finds_each_form(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from runners.config import TrainConfig\n"
+        "def build(config, out):\n    return config.sft.seed, config.rollout.env_kwargs, config.loop.mazes_per_step\n"
+        "def fine(rollout, model):\n    return rollout.collector.samples, model.config.hidden, self.model.device\n"
+    )
+    assert train_config_reads(source, train_config_fields()) == [
+        "1: from runners.config import TrainConfig",
+        "3: config.loop.mazes_per_step",
+        "3: config.rollout.env_kwargs",
+        "3: config.sft.seed",
+    ]

@@ -199,16 +199,18 @@ def _ppo_training(tmp_path, scramble=False):
 
 def test_checkpoints_require_the_head_and_resume_it_exactly(tmp_path):
     from mazegym.evalsets import MazeStream
+    from runners.build import checkpoint_files
+    from runners.config import to_dict
     from runners.train import checkpoint
     from runners.train.checkpoint import CheckpointManager, verify
 
     config, policy, algo = _ppo_training(tmp_path)
-    required = checkpoint.checkpoint_files(config)
+    required = checkpoint_files(config)
     assert "adapter/value_head.safetensors" in required
     algo.update(_episodes())
     stream = MazeStream(size=7, seed=0)
     manager = CheckpointManager(tmp_path / "ckpt", required=required, log=lambda m: None)
-    path = checkpoint.save_checkpoint(manager, 1, policy, algo, stream.state_dict(), config, {})
+    path = checkpoint.save_checkpoint(manager, 1, policy, algo, stream.state_dict(), to_dict(config), None, {})
     assert verify(path, required) is None
 
     _, resumed_policy, resumed_algo = _ppo_training(tmp_path, scramble=True)
@@ -224,7 +226,14 @@ def test_checkpoints_require_the_head_and_resume_it_exactly(tmp_path):
         manager.resolve(str(path))
     grpo = CheckpointManager(tmp_path / "grpo", log=lambda m: None)  # a checkpoint of a run without a critic
     grpo_path = checkpoint.save_checkpoint(
-        grpo, 1, LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8)), algo, stream.state_dict(), config, {}
+        grpo,
+        1,
+        LoRALMPolicy(tiny_qwen2(), LoRAConfig(rank=4, alpha=8)),
+        algo,
+        stream.state_dict(),
+        to_dict(config),
+        None,
+        {},
     )
     with pytest.raises(ValueError, match="does not list adapter/value_head.safetensors"):
         CheckpointManager(tmp_path / "grpo", required=required, log=lambda m: None).resolve(str(grpo_path))

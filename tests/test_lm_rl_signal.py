@@ -40,7 +40,7 @@ def _config(algo: str):
             "algo.minibatch_size=0",
             "rollout.temperature=1.0",
             "loop.mazes_per_step=8",
-            "loop.num_threads=1",
+            "runner.num_threads=1",
             "logging.progress=false",
         ],
     )

@@ -73,7 +73,15 @@ def test_sft_curve_trains_each_budget_and_writes_the_curve(tmp_path):
     sft_curve = _load("sft_curve")
     out = tmp_path / "curve"
     argv = ["--seeds", "0", "--vision-steps", "2", "4", "--sft-steps", "1", "2", "--decoder-at", "4"]
-    argv += ["--sets", "VisMaze-v0", "--out", str(out), "sft.vision_batch_size=4", "sft.batch_size=4", "sft.steps=3"]
+    argv += [
+        "--sets",
+        "VisMaze-v0",
+        "--out",
+        str(out),
+        "model.vision_pretraining.batch_size=4",
+        "sft.batch_size=4",
+        "sft.steps=3",
+    ]
     assert sft_curve.main(argv) == 0
     rows = json.loads((out / "curve.json").read_text())["rows"]
     budgets = sorted((r["vision_steps"], r["sft_steps"]) for r in rows)

@@ -240,10 +240,10 @@ def test_sft_learns_to_localise_the_agent_and_to_move(tmp_path):
         get_preset("cpu-maze-vlm"),
         [
             f"run_dir={tmp_path}",
-            "sft.vision_steps=60",
+            "model.vision_pretraining.steps=60",
             "sft.steps=120",
             "sft.batch_size=32",
-            "sft.vision_batch_size=32",
+            "model.vision_pretraining.batch_size=32",
             "logging.progress=false",
         ],
     )
@@ -411,7 +411,7 @@ def test_a_model_trained_on_9x9_only_solves_larger_mazes_far_above_chance(tmp_pa
     from runners.train.steps import eval_step
     from sft_cache import cached_sft_model
 
-    model = cached_sft_model(60, "sft.vision_steps=600", preset="cpu-maze-vlm")
+    model = cached_sft_model(60, "model.vision_pretraining.steps=600", preset="cpu-maze-vlm")
     config = apply_overrides(get_preset("cpu-maze-vlm"), [f"run_dir={tmp_path}", "logging.progress=false"])
     result = eval_step(build_generator(config, model, None), config, "VisMaze-Hard-v0")
     solved = round(result["solve_rate"] * 64)

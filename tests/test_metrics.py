@@ -57,9 +57,7 @@ def test_jsonl_keeps_everything_and_tensorboard_gets_finite_scalars(tmp_path):
 
 def test_wandb_gets_one_x_axis_per_phase_so_rl_steps_after_sft_are_kept(tmp_path, fake):
     wandb = fake("wandb")
-    logger = MetricsLogger(
-        tmp_path, wandb=True, project="p", config={"lr": 1e-4}, tensorboard=False, echo=lambda m: None
-    )
+    logger = MetricsLogger(tmp_path, sinks={"wandb": "p"}, config={"lr": 1e-4}, tensorboard=False, echo=lambda m: None)
     logger.log(300, {"loss": 0.1}, phase="sft")
     logger.log(1, {"loss": 0.2}, phase="rl")
     logger.log(2, {"loss": 0.3}, phase="rl")
@@ -81,7 +79,7 @@ def test_wandb_gets_one_x_axis_per_phase_so_rl_steps_after_sft_are_kept(tmp_path
 def test_mlflow_gets_params_and_stepped_metrics(tmp_path, fake):
     mlflow = fake("mlflow")
     logger = MetricsLogger(
-        tmp_path, mlflow=True, project="p", config={"algo": {"lr": 1e-4}}, tensorboard=False, echo=lambda m: None
+        tmp_path, sinks={"mlflow": "p"}, config={"algo": {"lr": 1e-4}}, tensorboard=False, echo=lambda m: None
     )
     logger.log(5, {"loss": 0.25, "skip": "text"}, phase="rl")
     logger.close()
@@ -96,7 +94,9 @@ def test_missing_tracking_libraries_are_reported_not_fatal(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "wandb", None)  # import raises ImportError
     monkeypatch.setitem(sys.modules, "mlflow", None)
     said = []
-    logger = MetricsLogger(tmp_path, wandb=True, mlflow=True, tensorboard=False, echo=said.append)
+    logger = MetricsLogger(
+        tmp_path, sinks={"wandb": "mazegym", "mlflow": "mazegym"}, tensorboard=False, echo=said.append
+    )
     logger.log(1, {"loss": 1.0})
     logger.close()
     assert logger.wandb is None and logger.mlflow is None

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from runners.config import ConfigError, apply_overrides, validate
+from runners.config import ConfigError, apply_overrides, build_config, validate
 from runners.config.presets import get_preset
 from runners.train.metrics import read_jsonl
 
@@ -50,9 +50,9 @@ def sft_model(tmp_path_factory):
         [
             f"run_dir={run}",
             "sft.steps=20",
-            "sft.vision_steps=10",
+            "model.vision_pretraining.steps=10",
             "sft.batch_size=32",
-            "sft.vision_batch_size=32",
+            "model.vision_pretraining.batch_size=32",
             "logging.progress=false",
         ],
     )
@@ -105,10 +105,13 @@ def test_overlap_off_is_on_policy_and_differs(tmp_path, sft_model):
     assert a[2]["rollout/staleness"] == 1.0 and b[2]["rollout/staleness"] == 0.0
 
 
-def test_overlap_needs_branching_and_update_threads_the_local_runner():
-    with pytest.raises(ConfigError, match="overlap_generation=true needs rollout.branching=true"):
+def test_overlap_needs_a_collector_without_torch_randomness_and_update_threads_are_the_local_runners():
+    with pytest.raises(ConfigError, match="overlap_generation=true needs a collector that draws no random numbers"):
         validate(apply_overrides(get_preset("cpu-tiny"), ["loop.overlap_generation=true"]), need_model=False)
-    with pytest.raises(ConfigError, match="set loop.update_threads=1"):
-        validate(apply_overrides(get_preset("cpu-maze-vlm"), ["loop.update_threads=2", "runner.kind=ray"]))
-    with pytest.raises(ConfigError, match="loop.max_minutes must be >= 0"):
+    # the update threads are the local runner's own setting: a Ray run has none (its workers are its parallelism)
+    with pytest.raises(ConfigError, match=r"'runner.update_threads' \(a setting of runner local"):
+        apply_overrides(get_preset("cpu-maze-vlm"), ["runner.kind=ray", "runner.update_threads=2"])
+    ray, notes = build_config("cpu-maze-vlm", overrides=["runner.kind=ray"])
+    assert not hasattr(ray.runner, "update_threads") and "runner.update_threads" in notes[0]
+    with pytest.raises(ConfigError, match="loop.max_minutes=-1.0 is out of range: it must be >= 0"):
         validate(apply_overrides(get_preset("cpu-maze-vlm"), ["loop.max_minutes=-1"]))

@@ -59,7 +59,7 @@ def test_default_vlm_sft_then_grpo_lifts_the_fixed_64(main_job_run):
 
     # Vision pretraining learns the oracle's moves from random weights; the short SFT leaves an imperfect start.
     vision = read_jsonl(run / "metrics.jsonl", phase="vision")
-    assert len(vision) == cfg.sft.vision_steps and vision[-1]["vision_move_accuracy"] >= 0.9
+    assert len(vision) == cfg.model.vision_pretraining.steps and vision[-1]["vision_move_accuracy"] >= 0.9
     before = result.before["solved"]
     assert before <= 56, f"SFT start should be imperfect (at most ~87%), got {before}/64"
     # A real lift, read from the mean of the last four evaluations (one evaluation swings by a few mazes): at
@@ -98,12 +98,10 @@ EPISODE_STEPS = 6
 def test_episode_level_grpo_lifts_the_default_model_from_the_same_start(main_job_run, tmp_path):
     """The case study's own algorithm on the default model: episode-level GRPO (whole plays from each maze's start,
     reward 1 at the goal, advantages normalised within each maze's group, every turn sharing its play's advantage),
-    no branching, from the main job's SFT start. ``rollout.branching=false`` moves the run to episode plays with the
-    preset's settings for them (16 mazes x 8 plays, sampled at temperature 0.3), as ``mazegym train`` does; a few
-    steps must lift the greedy solve rate."""
+    no branching, from the main job's SFT start: the preset ``cpu-maze-vlm-plays`` (16 mazes x 8 plays, sampled at
+    temperature 0.3, one pass); a few steps must lift the greedy solve rate."""
     from pathlib import Path
 
-    from runners.config import override_keys, resolve_scheme, scheme_of
     from runners.local import train
 
     main_cfg, main_result = main_job_run
@@ -113,7 +111,6 @@ def test_episode_level_grpo_lifts_the_default_model_from_the_same_start(main_job
         f"run_dir={tmp_path / 'episodes'}",
         f"model.path={Path(main_cfg.run_dir) / 'base_model'}",
         f"sft.checkpoint={Path(main_cfg.run_dir) / 'sft' / 'model'}",
-        "rollout.branching=false",
         f"loop.steps={EPISODE_STEPS}",
         "loop.max_minutes=0",
         "eval.every=3",
@@ -121,11 +118,9 @@ def test_episode_level_grpo_lifts_the_default_model_from_the_same_start(main_job
         "maze.heldout_sets=[]",
         "logging.progress=false",
     ]
-    cfg = get_preset("cpu-maze-vlm")
-    base = scheme_of(cfg)
-    note = resolve_scheme(apply_overrides(cfg, overrides), base, override_keys(overrides))
-    assert "rollout.temperature=0.3" in note and "loop.mazes_per_step=16" in note, note
-    assert (cfg.algo.name, cfg.rollout.branching, cfg.algo.params["skip_zero_advantage"]) == ("grpo", False, False)
+    cfg = apply_overrides(get_preset("cpu-maze-vlm-plays"), overrides)
+    assert (cfg.rollout.temperature, cfg.loop.mazes_per_step, cfg.rollout.collector.name) == (0.3, 16, "plays")
+    assert cfg.algo.name == "grpo" and "skip_zero_advantage" not in cfg.algo.params  # GRPO's own default
     result = train(cfg, log=lambda m: None)
     assert result.before["solved"] == before, "the same SFT start"
     records = read_jsonl(tmp_path / "episodes" / "metrics.jsonl", phase="rl")
@@ -208,8 +203,8 @@ def test_maze_vlm_pipeline_runs_end_to_end_and_resumes(tmp_path):
         "checkpoint.every=1",
         "logging.progress=false",
         "maze.heldout_sets=VisMaze-Hard-v0",
-        "sft.vision_steps=4",
-        "sft.vision_batch_size=16",
+        "model.vision_pretraining.steps=4",
+        "model.vision_pretraining.batch_size=16",
     ]
     cfg = apply_overrides(get_preset("cpu-maze-vlm"), overrides)
     first = train(cfg, log=lambda m: None)

@@ -50,17 +50,20 @@ def _config(run_dir, *overrides):
 
 
 def test_ray_config_comes_from_the_runner_section(tmp_path):
-    from runners.config import ConfigError
+    from runners.config import ConfigError, validate
 
-    cfg = _config(tmp_path, "runner.num_workers=2", "runner.ray.max_restarts=5", "runner.ray.cpus_per_worker=2")
+    ray = ("runner.kind=ray",)
+    cfg = _config(tmp_path, *ray, "runner.num_workers=2", "runner.max_restarts=5", "runner.cpus_per_worker=2")
     rc = ray_runner.ray_config_from(cfg)
     assert (rc.num_workers, rc.max_restarts, rc.cpus_per_worker, rc.gpus_per_worker) == (2, 5, 2.0, 0.0)
-    gpu = _config(tmp_path, "model.device=cuda", "runner.num_gpus=6", "runner.num_workers=6", "loop.mazes_per_step=12")
+    gpu = _config(
+        tmp_path, *ray, "model.device=cuda", "runner.num_gpus=6", "runner.num_workers=6", "loop.mazes_per_step=12"
+    )
     assert ray_runner.ray_config_from(gpu).gpus_per_worker == 1.0
     with pytest.raises(ConfigError, match="did you mean 'max_restarts'"):
-        _config(tmp_path, "runner.ray.max_restart=1")
-    with pytest.raises(ConfigError, match="mazes_per_step"):
-        ray_runner.ray_config_from(_config(tmp_path, "runner.num_workers=4", "loop.mazes_per_step=2"))
+        _config(tmp_path, *ray, "runner.max_restart=1")
+    with pytest.raises(ConfigError, match="loop.mazes_per_step=2 < runner.num_workers=4"):  # the Ray runner's rule
+        validate(_config(tmp_path, *ray, "runner.num_workers=4", "loop.mazes_per_step=2"), need_model=False)
 
 
 # ------------------------------------------------------------------ on a local Ray cluster
@@ -132,9 +135,10 @@ def _comparable(record: dict) -> dict:
 def test_one_worker_ray_run_gives_the_local_runners_metrics(ray_cluster, sft_model, tmp_path):
     from runners import local
 
-    overrides = ("loop.parity_every=1", "runner.num_workers=1")
+    overrides = ("loop.parity_every=1",)
     local_res = local.train(_small(tmp_path / "local", sft_model, *overrides), log=lambda m: None)
-    ray_res = ray_runner.train(_small(tmp_path / "ray", sft_model, *overrides, "runner.kind=ray"), log=lambda m: None)
+    ray = ("runner.kind=ray", "runner.num_workers=1")
+    ray_res = ray_runner.train(_small(tmp_path / "ray", sft_model, *overrides, *ray), log=lambda m: None)
     a, b = _records(tmp_path / "local"), _records(tmp_path / "ray")
     assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3]
     assert any(r["train/skipped"] == 0.0 for r in a), "no update happened: the comparison would be vacuous"
@@ -210,7 +214,7 @@ def test_killed_worker_is_replaced_and_the_run_finishes(ray_cluster, sft_model, 
         "runner.num_workers=2",
         "loop.steps=5",
         "checkpoint.every=2",
-        "runner.ray.max_restarts=2",
+        "runner.max_restarts=2",
     )
     killed = {}
 
@@ -292,7 +296,11 @@ def test_cluster_address_defaults_to_a_new_local_instance(monkeypatch):
 def maze_vlm_sft():
     """The default preset's MazeVLM after a brief SFT (30 vision-pretraining and 30 SFT steps of 32 moves)."""
     return cached_sft_model(
-        30, "sft.vision_steps=30", "sft.batch_size=32", "sft.vision_batch_size=32", preset="cpu-maze-vlm"
+        30,
+        "model.vision_pretraining.steps=30",
+        "sft.batch_size=32",
+        "model.vision_pretraining.batch_size=32",
+        preset="cpu-maze-vlm",
     )
 
 
@@ -313,7 +321,7 @@ def _maze_vlm(run_dir, model, *overrides):
             "eval.before_rl=false",
             "maze.heldout_sets=[]",
             "checkpoint.every=1",
-            "loop.update_threads=1",
+            "runner.update_threads=1",
             *overrides,
         ],
     )
@@ -321,7 +329,7 @@ def _maze_vlm(run_dir, model, *overrides):
 
 PPO_ON_PLAYS = (
     "algo.name=ppo",
-    "rollout.branching=false",
+    "rollout.collector.name=plays",
     "loop.overlap_generation=false",
     "algo.skip_zero_advantage=false",
     "algo.filter_zero_variance=false",

@@ -257,7 +257,7 @@ def test_report_explains_the_training_success_and_leaves_out_what_the_recipe_lac
     assert "SPL of the training rollouts" in charts["Return and reward spread"][1]
     assert "every 5 steps, runs the parity probe" in charts["Seconds per RL step, by phase"][0]
 
-    branching = make_run(tmp_path / "branching", evals=False, overrides=("rollout.branching=true",))
+    branching = make_run(tmp_path / "branching", evals=False, overrides=("rollout.collector.name=branches",))
     assert _report([str(branching)], capsys)[0] == 0
     page = (branching / "report.html").read_text()
     charts = _charts(page)

@@ -155,10 +155,12 @@ def test_episode_outgrowing_the_context_ends_truncated_instead_of_crashing():
 
 
 def test_bad_config_fails_fast():
-    with pytest.raises(ValueError, match="history"):
-        RolloutConfig(history="some")
-    with pytest.raises(ValueError, match="group_size"):
-        RolloutConfig(group_size=0)
+    from runners.config.fields import check_fields
+
+    with pytest.raises(ValueError, match="history='some' is not allowed"):  # each field's one check
+        check_fields(RolloutConfig(history="some"))
+    with pytest.raises(ValueError, match="group_size=0 is out of range"):
+        check_fields(RolloutConfig(group_size=0))
 
 
 # ---------------------------------------------------------------------------- real tiny models

@@ -7,6 +7,7 @@ import numpy as np
 
 from runners.config import apply_overrides
 from runners.config.presets import get_preset
+from runners.rollout import collectors
 from runners.rollout.collect import RolloutConfig
 from runners.rollout.threads import map_slices, slice_bounds
 from runners.train.steps import play_step_mazes
@@ -52,18 +53,15 @@ class HashedDistribution(ScriptedGenerator):
 def test_a_branching_step_on_three_threads_equals_one_thread():
     mazes = _mazes(7, size=7, seed=3)
     rollout = RolloutConfig(
-        branching=True,
         state_prompt=True,
         history="none",
         max_moves=20,
-        branch_continuation="sampled",
-        branch_samples=8,
-        branch_reward="value",
+        collector=collectors.settings_for("branches", continuation="sampled", samples=8, reward="value"),
     )
     gen = HashedDistribution(lambda i, call, p: ("no move", "stop"))
     runs = {}
     for threads in (1, 3):
-        config = apply_overrides(get_preset("cpu-maze-vlm"), ["maze.size=7", f"loop.rollout_threads={threads}"])
+        config = apply_overrides(get_preset("cpu-maze-vlm"), ["maze.size=7", f"engine.rollout_threads={threads}"])
         episodes = play_step_mazes(gen, mazes, config, step=4, rollout=rollout)
         runs[threads] = [(e.group_id, e.maze_id, e.turns[0].prompt_ids, e.turns[0].reward) for e in episodes]
     assert runs[1] == runs[3] and len(runs[1]) > 0

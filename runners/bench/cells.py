@@ -79,7 +79,7 @@ def start_command(track: Track, out: Path, smoke: bool, plugins: list[str]) -> l
     return [
         "sft",
         "--preset",
-        track.preset,
+        track.start_preset or track.preset,
         "--run-dir",
         str(out / "starts" / track.start_key),
         *[a for p in plugins for a in ("--plugin", p)],
@@ -94,7 +94,7 @@ def smoke_start_settings(track: Track) -> tuple[str, ...]:
     """The smoke budget's settings that apply to ``track``'s preset (vision pretraining only where the model has
     one)."""
     vision = track.preset != "cpu-tiny"
-    return tuple(s for s in SMOKE_SETTINGS if vision or not s.startswith("sft.vision"))
+    return tuple(s for s in SMOKE_SETTINGS if vision or not s.startswith("model.vision_pretraining"))
 
 
 def build_start(track: Track, out: Path, smoke: bool, plugins: list[str], log: Any = print) -> Path | None:

@@ -1,10 +1,11 @@
 """The benchmark's tracks: what an algorithm is measured on, each defined once, here.
 
-A track is a preset, a start checkpoint built once from it (``mazegym sft`` with the track's settings, shared by every
-algorithm and seed), the settings of every run, a budget of RL steps *and* environment turns (a run ends at whichever
-comes first; ``loop.max_env_turns``), and the fixed eval set of its preset, evaluated greedily every ``eval_every``
-steps. Every algorithm of a track starts from the same checkpoint, plays the same maze stream for a given seed and gets
-the same budget; the only settings that differ by algorithm are :data:`ALGO_SETTINGS`, printed beside its row.
+A track is a preset (which names its rollout scheme), a start checkpoint built once from it or from the preset it
+varies (``mazegym sft`` with the track's settings, shared by every algorithm and seed), the settings of every run, a
+budget of RL steps *and* environment turns (a run ends at whichever comes first; ``loop.max_env_turns``), and the
+fixed eval set of its preset, evaluated greedily every ``eval_every`` steps. Every algorithm of a track starts from
+the same checkpoint, plays the same maze stream for a given seed and gets the same budget; the only settings that
+differ by algorithm are :data:`ALGO_SETTINGS`, printed beside its row.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class Track:
     description: str
     """One line for ``mazegym bench --list`` and the published table."""
     preset: str
-    """The preset every run of the track (and its start) is built from."""
+    """The preset every run of the track is built from (its rollout scheme included)."""
     start: tuple[str, ...] | None
     """KEY=VALUE settings of the start's ``mazegym sft``; None = no start (RL from the preset's own initial model)."""
     settings: tuple[str, ...]
@@ -33,18 +34,21 @@ class Track:
     eval_every: int
     """Evaluate the eval set greedily every this many RL steps (and before the first and after the last)."""
     scheme: str
-    """The rollout scheme every run uses (``episodes`` or ``branching``); an algorithm that cannot train on it gets a
-    row saying so."""
+    """The rollout scheme of the preset's collector (``episodes`` or ``branching``; a test checks they agree); an
+    algorithm that cannot train on it gets a row saying so."""
+    start_preset: str = ""
+    """The preset the start is built from (default: ``preset``): a preset that differs from the track's only in its
+    rollout scheme has the same supervised start, so tracks on either share it."""
 
     @property
     def start_key(self) -> str:
-        """The name of the start checkpoint's directory; tracks with the same preset and start settings share it."""
-        return self.preset if not self.start else f"{self.preset}-" + "-".join(s.replace("=", "") for s in self.start)
+        """The name of the start checkpoint's directory; tracks with the same start preset and settings share it."""
+        preset = self.start_preset or self.preset
+        return preset if not self.start else f"{preset}-" + "-".join(s.replace("=", "") for s in self.start)
 
     def run_settings(self) -> list[str]:
-        """The KEY=VALUE settings of one of the track's runs: its scheme, its budgets, its schedule."""
+        """The KEY=VALUE settings of one of the track's runs: its budgets, its schedule."""
         return [
-            f"rollout.branching={str(self.scheme == 'branching').lower()}",
             *self.settings,
             f"loop.steps={self.rl_steps}",
             f"loop.max_env_turns={self.env_turns}",
@@ -64,7 +68,7 @@ ALGO_SETTINGS: dict[str, tuple[str, ...]] = {
 filter (a GRPO setting) is off; DAPO's dynamic sampling *is* that filter (its clip-higher and token-mean loss are
 DAPOConfig's defaults)."""
 
-ONE_THREAD = ("loop.update_threads=1", "loop.rollout_threads=1", "loop.num_threads=1", "logging.progress=false")
+ONE_THREAD = ("runner.update_threads=1", "engine.rollout_threads=1", "runner.num_threads=1", "logging.progress=false")
 """Every benchmark process runs on one thread: the benchmark spreads its runs over the cores instead."""
 
 TRACKS: dict[str, Track] = {
@@ -95,13 +99,14 @@ TRACKS: dict[str, Track] = {
         Track(
             name="long",
             description="loops-9x9 from whole plays of up to 20 moves, one reward at the end (credit over a play)",
-            preset="cpu-maze-loops",
+            preset="cpu-maze-loops-plays",
             start=(),
             settings=("loop.mazes_per_step=8",),
             rl_steps=12,
             env_turns=4000,
             eval_every=2,
             scheme="episodes",
+            start_preset="cpu-maze-loops",
         ),
         Track(
             name="text",
@@ -135,8 +140,8 @@ starting solve rate (docs/rl-earns-its-lift.md says when the preset's own run st
 nothing."""
 
 SMOKE_SETTINGS = (
-    "sft.vision_steps=2",
-    "sft.vision_batch_size=8",
+    "model.vision_pretraining.steps=2",
+    "model.vision_pretraining.batch_size=8",
     "sft.steps=2",
     "sft.batch_size=8",
     "loop.mazes_per_step=2",

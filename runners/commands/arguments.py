@@ -25,7 +25,9 @@ def add_plugin_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> None:
-    """The arguments that assemble a config: ``--preset``, ``--config``, ``--run-dir``, ``--plugin``, ``KEY=VALUE``."""
+    """The arguments that assemble a config: ``--preset``, ``--config``, ``--run-dir``, ``--plugin``, ``KEY=VALUE``,
+    and ``--help-all``."""
+    from runners.config.help import add_help_all
     from runners.config.presets import DEFAULT_PRESET
 
     parser.add_argument(
@@ -39,6 +41,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
         help="YAML or JSON config file, nested like the keys below (repeatable; applied in order)",
     )
     parser.add_argument("--run-dir", default=None, help="run directory (same as run_dir=...)")
+    add_help_all(parser)
     add_plugin_arg(parser)
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, e.g. rollout.group_size=8"
@@ -46,14 +49,15 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def config_command(subparsers: Any, name: str, help: str, description: str, argv: list[str]) -> argparse.ArgumentParser:
-    """A subcommand that takes a config (--preset/--config/--run-dir/KEY=VALUE); its --help lists every key.
+    """A subcommand that takes a config (--preset/--config/--run-dir/KEY=VALUE); its --help lists the keys of the
+    parts the command line chose (--help-all: every part's).
 
     Only the command whose --help is asked lists its keys: building them loads the algorithms (torch).
     """
     from runners.commands.config_help import config_keys_epilog
 
     words = [a for a in argv if not a.startswith("-")]
-    asked = words[:1] == [name] and ("--help" in argv or "-h" in argv)
+    asked = words[:1] == [name] and bool({"--help", "-h", "--help-all"} & set(argv))
     parser = subparsers.add_parser(
         name,
         help=help,

@@ -9,31 +9,15 @@ from pathlib import Path
 
 
 def build_config(args: argparse.Namespace):
-    """Preset -> config files -> --run-dir / --resume -> KEY=VALUE overrides -> the rollout scheme the algorithm
-    trains on (:func:`runners.config.resolve_scheme`); what that changed is kept in ``args.config_notes``."""
-    from runners.config import (
-        apply_config_file,
-        apply_overrides,
-        override_keys,
-        read_config_file,
-        resolve_scheme,
-        scheme_of,
-    )
-    from runners.config.presets import DEFAULT_PRESET, get_preset
+    """Preset -> config files -> --run-dir / --resume -> KEY=VALUE overrides, in one resolution
+    (:func:`runners.config.build_config`); its notes are kept in ``args.config_notes``."""
+    from runners.config import build_config as resolve_command_line
+    from runners.config.presets import DEFAULT_PRESET
 
     load_plugins(args)
-    config = get_preset(args.preset or DEFAULT_PRESET)
-    base = scheme_of(config)
-    files = [read_config_file(path) for path in args.config]
-    for data in files:
-        apply_config_file(config, data)
-    if args.run_dir:
-        config.run_dir = args.run_dir
-    if getattr(args, "resume", None):
-        config.checkpoint.resume = args.resume
-    apply_overrides(config, list(args.overrides))
-    note = resolve_scheme(config, base, override_keys(list(args.overrides), files))
-    args.config_notes = [note] if note else []
+    config, args.config_notes = resolve_command_line(
+        args.preset or DEFAULT_PRESET, args.config, args.run_dir, getattr(args, "resume", None), args.overrides
+    )
     return config
 
 
@@ -98,24 +82,9 @@ def eval_config(args: argparse.Namespace):
 
 
 def _saved_run_config(args: argparse.Namespace, saved: Path, run_dir: Path):
-    """The run's saved config, then the --config files and the overrides of ``args``; the rollout scheme resolved."""
-    from runners.config import (
-        apply_config_file,
-        apply_overrides,
-        from_dict,
-        override_keys,
-        read_config_file,
-        resolve_scheme,
-        scheme_of,
-    )
+    """The run's saved config (read in today's layout), then the --config files and the overrides of ``args``, in one
+    resolution (:func:`runners.config.run_config`); its notes are kept in ``args.config_notes``."""
+    from runners.config import run_config
 
-    config = from_dict(read_run_config(saved))
-    base = scheme_of(config)
-    files = [read_config_file(path) for path in args.config]
-    for data in files:
-        apply_config_file(config, data)
-    config.run_dir = str(run_dir)
-    apply_overrides(config, list(args.overrides))
-    note = resolve_scheme(config, base, override_keys(list(args.overrides), files))
-    args.config_notes = [note] if note else []
+    config, args.config_notes = run_config(read_run_config(saved), args.config, str(run_dir), args.overrides)
     return config

@@ -12,7 +12,7 @@ NAME = "serve"
 HELP = "serve a run's trained policy over HTTP (OpenAI-style chat completions, loopback)"
 DESCRIPTION = (
     "Load the policy `mazegym eval` would evaluate (the run's latest checkpoint, else its final "
-    "adapter, else its SFT result) into the run's engine (loop.engine: hf, or vllm) and answer OpenAI-style "
+    "adapter, else its SFT result) into the run's engine (engine.name: hf, or vllm) and answer OpenAI-style "
     "POST /v1/chat/completions requests (images as base64 PNG data URLs; greedy unless temperature > 0) on "
     "loopback until Ctrl-C. `mazegym play-remote URL` plays mazes against it. See the SERVING.md that "
     "`mazegym export` writes."
@@ -28,7 +28,7 @@ def add_parser(subparsers: Any, argv: list[str]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(NAME, help=HELP, description=DESCRIPTION, formatter_class=FORMATTER)
     p.add_argument("run_dir_arg", metavar="RUN_DIR", help="the run directory (e.g. runs/cpu-maze-vlm)")
     p.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. loop.engine=vllm model.device=cuda"
+        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. engine.name=vllm model.device=cuda"
     )
     p.add_argument("--checkpoint", default=None, help="latest | PATH (default: the run's latest valid checkpoint)")
     p.add_argument("--config", action="append", default=[], metavar="FILE", help="YAML or JSON config file")
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     url = url_of(sock)
 
     def ready() -> None:
-        print(f"Serving {weights.label} on model {weights.model_dir} (engine {config.loop.engine})", flush=True)
+        print(f"Serving {weights.label} on model {weights.model_dir} (engine {config.engine.name})", flush=True)
         print(f"Listening on {url}  (POST {url}{CHAT_PATH}, model {MODEL_NAME!r}; Ctrl-C stops)", flush=True)
         print(f"Play the run's eval set against it: mazegym play-remote {url}", flush=True)
 

@@ -16,7 +16,7 @@ def env_kwargs(config: TrainConfig) -> dict[str, Any]:
     ``env_kwargs``, e.g. the tiny VLM's cell size)."""
     kwargs = dict(config.rollout.env_kwargs)
     if not config.model.path:
-        for key, value in models.get(config.model.tiny).env_kwargs(config).items():
+        for key, value in models.get(config.model.kind).env_kwargs(config.model).items():
             kwargs.setdefault(key, value)
     return kwargs
 
@@ -28,14 +28,16 @@ def rollout_config(config: TrainConfig) -> RolloutConfig:
 
 def eval_vision_iterations(config: TrainConfig, base: int | None, size: int) -> int | None:
     """Recurrent vision iterations for evaluating mazes of ``size`` cells a side, given the model's own ``base``:
-    ``eval.vision_iterations`` when set, else ``ceil(base x (size / maze.size)^2)`` on larger mazes than ``maze.size``
-    (``eval.scale_vision_iterations``: the routing has to cross the maze's area, and a gated encoder holds its answer
-    when run longer than it needs); ``None`` = leave the model's own (or it has no recurrent encoder)."""
+    ``model.eval_vision_iterations`` when set, else ``ceil(base x (size / maze.size)^2)`` on larger mazes than
+    ``maze.size`` (``model.scale_eval_vision_iterations``: the routing has to cross the maze's area, and a gated
+    encoder holds its answer when run longer than it needs); ``None`` = leave the model's own (or it has no recurrent
+    encoder, or the model kind has no such settings)."""
     if base is None:
         return None
-    if config.eval.vision_iterations:
-        return config.eval.vision_iterations
-    if not config.eval.scale_vision_iterations or size <= config.maze.size:
+    fixed = getattr(config.model, "eval_vision_iterations", 0)
+    if fixed:
+        return fixed
+    if not getattr(config.model, "scale_eval_vision_iterations", False) or size <= config.maze.size:
         return None
     return math.ceil(base * (size / config.maze.size) ** 2)
 
@@ -64,8 +66,10 @@ def max_images_per_prompt(config: TrainConfig) -> int:
 
 
 def vision_batch_size(config: TrainConfig) -> int:
-    """Cells per vision pretraining batch: ``sft.vision_batch_size``, or ``sft.batch_size`` when that is 0."""
-    return config.sft.vision_batch_size or config.sft.batch_size
+    """Cells per vision pretraining batch: ``model.vision_pretraining.batch_size``, or ``sft.batch_size`` when that
+    is 0 (or the model kind has no vision pretraining)."""
+    pretraining = getattr(config.model, "vision_pretraining", None)
+    return (pretraining.batch_size if pretraining else 0) or config.sft.batch_size
 
 
 def step_seed(config: TrainConfig, step: int) -> int:

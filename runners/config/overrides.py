@@ -1,33 +1,32 @@
-"""Building a :class:`~runners.config.schema.TrainConfig` from files and ``key=value`` overrides.
+"""Config files, ``key=value`` overrides and saved configs, all read through the one resolution
+(:func:`runners.config.resolve.resolve`), and the help text of every key.
 
-A config is built from a named preset (:mod:`runners.config.presets`), then optional config files
-(YAML or JSON, nested like the dataclasses), then dotted command-line overrides
-(``rollout.group_size=8``, the Hydra-style ``key=value`` of verl and SkyRL), in that order. Every key
-is checked against the dataclass fields (a typo fails with the closest valid key) and every value is
-converted and type-checked by an OmegaConf structured config of its section, so a bad value fails
-before any work starts, naming the key. ``algo.<field>`` keys are checked against the chosen
-algorithm's config class the same way.
+A config is built from a named preset (:mod:`runners.config.presets`), then optional config files (YAML or JSON,
+nested like the dataclasses), then ``--run-dir`` / ``--resume``, then dotted command-line overrides
+(``rollout.group_size=8``, the Hydra-style ``key=value`` of verl and SkyRL), in that order
+(:func:`build_config`). The helpers that change a built config (:func:`apply_overrides`, :func:`set_value`,
+:func:`apply_config_file`) resolve it again with the new layer on top, so they check keys and values exactly as the
+command line does.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import inspect
 import json
 import textwrap
-import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from runners.config.migrate import migrate
+from runners.config.presets import preset_layers
+from runners.config.resolve import Layer, nest, override_layers, read_config_file, resolve
+from runners.config.schema import CONFIG_VERSION, ConfigError, TrainConfig
 
-from runners.config.schema import AlgoConfig, ConfigError, TrainConfig
-from runners.rollout import collectors
+PROVENANCE = ("preset", "config_version")
+"""Keys of a saved config that say where it came from; they are not settings."""
 
 
 # --------------------------------------------------------------------------- field docs
@@ -68,242 +67,104 @@ def describe_fields(config: Any, prefix: str = "") -> list[tuple[str, str, str]]
     return rows
 
 
-# --------------------------------------------------------------------------- overrides
-_ALGO_OWN = ("name", "params")
-"""Fields of the ``algo`` section itself; every other ``algo.<key>`` is a hyperparameter of the algorithm."""
+# --------------------------------------------------------------------------- command lines
+def build_config(
+    preset: str,
+    files: Sequence[str | Path] = (),
+    run_dir: str | None = None,
+    resume: str | None = None,
+    overrides: Sequence[str] = (),
+) -> tuple[TrainConfig, list[str]]:
+    """The config of a command line: preset ``preset`` (with what it extends and its scheme), then config
+    ``files``, then ``run_dir`` and ``resume``, then ``overrides`` (``KEY=VALUE``), in one resolution; returns it
+    with the resolution's notes."""
+    layers = preset_layers(preset)
+    layers += [Layer(f"config file {path}", read_config_file(path)) for path in files]
+    if run_dir:
+        layers.append(Layer("--run-dir", {"run_dir": run_dir}))
+    if resume:
+        layers.append(Layer("--resume", {"checkpoint": {"resume": resume}}))
+    return resolve(layers + override_layers(overrides), preset)
 
 
-def _suggest(name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+def run_config(
+    saved: dict[str, Any], files: Sequence[str | Path] = (), run_dir: str | None = None, overrides: Sequence[str] = ()
+) -> tuple[TrainConfig, list[str]]:
+    """The config of a finished run read again (``mazegym eval``, ``serve``): its saved ``config.json`` (version 1
+    migrated), then config ``files``, ``run_dir`` and ``overrides``, in one resolution; with the notes."""
+    if not isinstance(saved, dict):
+        raise ConfigError(f"a saved config is a mapping of sections, got {type(saved).__name__}")
+    saved = migrate(saved)
+    layers = [Layer("the run's config.json", {k: v for k, v in saved.items() if k not in PROVENANCE})]
+    layers += [Layer(f"config file {path}", read_config_file(path)) for path in files]
+    if run_dir:
+        layers.append(Layer("--run-dir", {"run_dir": run_dir}))
+    return resolve(layers + override_layers(overrides), str(saved.get("preset") or ""))
 
 
-def _check_key(config: Any, parts: list[str]) -> None:
-    """Fail with a did-you-mean message unless ``parts`` names a field (or a whole section) of ``config``."""
-    node = config
-    for i, part in enumerate(parts):
-        path = ".".join(parts[: i + 1])
-        if not dataclasses.is_dataclass(node):
-            raise ConfigError(f"{'.'.join(parts[:i])} is not a section; {'.'.join(parts)!r} goes too deep")
-        names = [f.name for f in dataclasses.fields(node)]
-        if part not in names:
-            hint = _suggest(part, names)
-            raise ConfigError(f"unknown config key {path!r}{hint}; valid keys here: {', '.join(names)}")
-        node = getattr(node, part)
-
-
-def _optional(section: Any, key: str) -> bool:
-    """Whether field ``key`` (dotted, inside dataclass ``section``) may be None."""
-    *path, leaf = key.split(".")
-    for part in path:
-        section = getattr(section, part)
-    return type(None) in typing.get_args(typing.get_type_hints(type(section)).get(leaf))
-
-
-def _cli_value(text: str, target: Any, optional: bool) -> Any:
-    """A command-line string made ready for the node it goes to: lists may be written ``a,b`` or ``[a, b]``,
-    mappings as JSON/YAML flow (``{"k": 1}``), ``none``/``null`` is None for fields that may be None; scalars
-    stay strings for OmegaConf to convert to the field's type."""
-    stripped = text.strip()
-    if optional and stripped.lower() in ("none", "null"):
-        return None
-    if isinstance(target, ListConfig) and not stripped.startswith("["):
-        return [item for item in stripped.split(",") if item]
-    if isinstance(target, (ListConfig, DictConfig)) or stripped[:1] in ("[", "{"):
-        try:
-            return yaml.safe_load(stripped)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"cannot parse {text!r} ({exc.__class__.__name__})") from None
-    return text
-
-
-def _reason(exc: Exception, value: Any) -> str:
-    """What a rejected value should have been, from OmegaConf's validation error."""
-    message = str(exc).splitlines()[0]
-    for marker, kind in (("to Integer", "an integer"), ("to Float", "a number"), ("valid bool", "true/false")):
-        if marker in message:
-            return f"expected {kind}, got {value!r}"
-    if "ListConfig" in message:
-        return f"expected a list (e.g. a,b or [a, b]), got {value!r}"
-    if "DictConfig" in message or "is not a dict" in message.lower():
-        return f"expected a mapping (JSON object), got {value!r}"
-    return message
-
-
-def _typed_update(section: Any, key: str, value: Any, label: str) -> Any:
-    """``section`` (a dataclass) with ``key`` set to ``value``, converted and checked by OmegaConf's structured
-    config of the section's type; raises :class:`ConfigError` naming ``label``."""
-    node = OmegaConf.structured(section)
-    if isinstance(value, str):
-        value = _cli_value(value, OmegaConf.select(node, key), _optional(section, key))
-    try:
-        OmegaConf.update(node, key, value, merge=False)
-        return OmegaConf.to_object(node)
-    except ConfigError:
-        raise
-    except (OmegaConfBaseException, ValueError, TypeError) as exc:
-        raise ConfigError(f"{label}: {_reason(exc, value)}") from None
-
-
-def set_value(config: Any, dotted: str, value: Any) -> None:
-    """Set ``config.<dotted>`` to ``value`` (a command-line string or a parsed YAML/JSON value), converted to
-    the field's type by OmegaConf; unknown keys, wrong types and values under a section's name fail."""
-    parts = dotted.split(".")
-    if isinstance(config, TrainConfig) and parts[0] == "algo" and len(parts) > 1:
-        if parts[1] not in _ALGO_OWN:
-            return _set_algo_param(config.algo, ".".join(parts[1:]), value)
-        if parts[1] == "params" and len(parts) > 2:
-            return _set_algo_param(config.algo, ".".join(parts[2:]), value)
-    _check_key(config, parts)
-    current = _get(config, dotted)
-    if dataclasses.is_dataclass(current):
-        if not isinstance(value, dict):
-            first = dataclasses.fields(current)[0].name
-            raise ConfigError(f"{dotted} is a section; set one of its keys, e.g. {dotted}.{first}=...")
-        for key, item in value.items():
-            set_value(config, f"{dotted}.{key}", item)
-        return
-    if len(parts) == 1:
-        updated = _typed_update(config, dotted, value, dotted)
-        setattr(config, dotted, getattr(updated, dotted))
-        return
-    setattr(config, parts[0], _typed_update(getattr(config, parts[0]), ".".join(parts[1:]), value, dotted))
-    if isinstance(config, TrainConfig) and dotted in ("rollout.branching", "rollout.collector"):
-        _match_collector_switch(config.rollout, parts[1])
-
-
-def _match_collector_switch(rollout: Any, changed: str) -> None:
-    """Make ``rollout.branching`` and ``rollout.collector`` agree after one of them was set: ``branching`` is the
-    switch between the built-in collectors (true: ``branches``, false: ``plays``), ``collector`` names any one, so
-    either key chooses and config files and saved runs that set only ``branching`` keep their meaning."""
-    if changed == "collector":
-        if rollout.collector:  # empty: the one rollout.branching selects
-            rollout.branching = rollout.collector == collectors.BRANCHES
-    elif rollout.branching or rollout.collector in (collectors.PLAYS, collectors.BRANCHES):
-        rollout.collector = ""
-
-
-def _set_algo_param(algo: AlgoConfig, name: str, value: Any) -> None:
-    import algos
-
-    cls = algos.config_class(algo.name)
-    valid = [f.name for f in dataclasses.fields(cls)]
-    if name not in valid:
-        raise ConfigError(
-            f"unknown key algo.{name} for algorithm {algo.name!r}{_suggest(name, valid)}; valid: {', '.join(valid)}"
-        )
-    algo.params[name] = getattr(_typed_update(cls(), name, value, f"algo.{name}"), name)
-
-
-def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
-    """Apply ``key=value`` strings in order (e.g. ``rollout.group_size=8``)."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key=value, e.g. rollout.group_size=8")
-        key, value = item.split("=", 1)
-        set_value(config, key.strip(), value)
+# --------------------------------------------------------------------------- changing a built config
+def _replace(config: TrainConfig, layers: Sequence[Layer]) -> TrainConfig:
+    """Resolve ``config`` with ``layers`` on top and write the result into ``config`` (whose sections it replaces);
+    returns ``config``."""
+    resolved, _ = resolve([Layer("the config", _settings(config)), *layers], config.preset)
+    for f in dataclasses.fields(TrainConfig):
+        setattr(config, f.name, getattr(resolved, f.name))
     return config
 
 
-def apply_mapping(config: Any, data: dict[str, Any], prefix: str = "") -> None:
-    """Apply a nested mapping (a parsed YAML/JSON config file) to ``config``."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file content must be a mapping of sections, got {type(data).__name__}")
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        target = _get(config, dotted)
-        if dataclasses.is_dataclass(target) and isinstance(value, dict):
-            apply_mapping(config, value, dotted + ".")
-        elif isinstance(target, AlgoConfig):
-            raise ConfigError(f"{dotted} must be a mapping")
-        else:
-            set_value(config, dotted, value)
+def apply_overrides(config: TrainConfig, overrides: Sequence[str]) -> TrainConfig:
+    """Apply ``key=value`` strings in order (e.g. ``rollout.group_size=8``), as the command line does."""
+    return _replace(config, override_layers(overrides))
 
 
-def _get(config: Any, dotted: str) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if isinstance(node, AlgoConfig) and part not in _ALGO_OWN:
-            return None
-        if not dataclasses.is_dataclass(node) or part not in [f.name for f in dataclasses.fields(node)]:
-            return None
-        node = getattr(node, part)
-    return node
+def set_value(config: TrainConfig, dotted: str, value: Any) -> TrainConfig:
+    """Set ``config.<dotted>`` to ``value`` (a parsed YAML/JSON value, or a command-line string), checked and
+    converted to the field's type."""
+    return _replace(config, [Layer(f"{dotted}={value!r}", nest(dotted, value))])
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping a YAML (.yaml/.yml) or JSON config file holds; ConfigError naming the file when it is unreadable."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            where = getattr(exc, "problem_mark", None)
-            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-            raise ConfigError(f"{path}: invalid YAML{at} ({getattr(exc, 'problem', None) or 'unreadable'})") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: invalid JSON ({exc})") from None
-    return data
+def apply_config_file(config: TrainConfig, data: dict[str, Any]) -> TrainConfig:
+    """Apply the mapping of a config file (:func:`read_config_file`) to ``config``."""
+    return _replace(config, [Layer("config file", data)])
 
 
 def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
     """Apply a YAML (.yaml/.yml) or JSON config file to ``config``."""
-    return apply_config_file(config, read_config_file(path))
+    return _replace(config, [Layer(f"config file {path}", read_config_file(path))])
 
 
-def apply_config_file(config: TrainConfig, data: Any) -> TrainConfig:
-    """Apply the mapping of a config file (:func:`read_config_file`) to ``config``."""
-    # `algo` sections may list hyperparameters directly: {"algo": {"name": "grpo", "lr": 1e-4}}
-    algo = data.get("algo") if isinstance(data, dict) else None
-    if isinstance(algo, dict):
-        if "name" in algo:
-            config.algo.name = str(algo["name"])
-        for k, v in algo.items():
-            if k == "params" and isinstance(v, dict):
-                for pk, pv in v.items():
-                    _set_algo_param(config.algo, pk, pv)
-            elif k != "name":
-                _set_algo_param(config.algo, k, v)
-        data = {k: v for k, v in data.items() if k != "algo"}
-    apply_mapping(config, data)
-    return config
-
-
-def override_keys(overrides: Sequence[str] = (), files: Sequence[Any] = ()) -> set[str]:
-    """The dotted keys that ``key=value`` overrides and config files (parsed mappings) set, each written as on the
-    command line (``algo.<field>`` for an algorithm's hyperparameter): what the user chose, as opposed to a preset."""
-    keys = {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
-
-    def walk(data: Any, prefix: str) -> None:
-        for key, value in data.items():
-            if isinstance(value, dict) and value:
-                walk(value, f"{prefix}{key}.")
-            keys.add(f"{prefix}{key}")
-
-    for data in files:
-        if isinstance(data, dict):
-            walk(data, "")
-    return {k.replace("algo.params.", "algo.", 1) if k.startswith("algo.params.") else k for k in keys}
-
-
+# --------------------------------------------------------------------------- saved configs
 def to_dict(config: Any) -> dict[str, Any]:
-    """The config as plain JSON-ready data."""
-    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    """The config as plain JSON-ready data, with the version of its layout (what a run saves)."""
+    data = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    return {"config_version": CONFIG_VERSION, **data} if isinstance(config, TrainConfig) else data
+
+
+def _settings(config: TrainConfig) -> dict[str, Any]:
+    """The settings of ``config`` as a nested mapping (its provenance left out)."""
+    return {k: v for k, v in to_dict(config).items() if k not in PROVENANCE}
+
+
+def defaults_like(config: TrainConfig) -> TrainConfig:
+    """A config with the parts ``config`` chose, every setting at its default."""
+    from runners.config.parts import chosen
+
+    data: dict[str, Any] = {}
+    for key, name in chosen(config).items():
+        _merge_into(data, nest(key, name))
+    return resolve([Layer("the parts", data)])[0]
+
+
+def _merge_into(data: dict[str, Any], more: dict[str, Any]) -> None:
+    """Merge nested mapping ``more`` into ``data`` (in place)."""
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _merge_into(data[key], value)
+        else:
+            data[key] = value
 
 
 def from_dict(data: dict[str, Any]) -> TrainConfig:
-    """Rebuild a TrainConfig saved by :func:`to_dict` (e.g. from a checkpoint)."""
-    config = TrainConfig()
-    algo = data.get("algo", {})
-    config.algo.name = algo.get("name", config.algo.name)
-    config.algo.params = dict(algo.get("params", {}))
-    if "episode_mean" in algo:  # configs saved when it was a field of the section itself
-        config.algo.params.setdefault("episode_mean", bool(algo["episode_mean"]))
-    apply_mapping(config, {k: v for k, v in data.items() if k != "algo"})
-    return config
+    """Rebuild a TrainConfig saved by :func:`to_dict` (a checkpoint's, a run's ``config.json``), version 1 included
+    (:func:`runners.config.migrate.migrate`)."""
+    return run_config(data)[0]

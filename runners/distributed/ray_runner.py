@@ -20,7 +20,7 @@ One step (driver: :func:`train`, phases: :class:`RayExecutor`)::
 
 SFT (when needed) runs on the driver with the local runner's code. On GPUs with vLLM each engine
 sleeps during the update and wakes for the sync. If a worker dies, the driver rebuilds the group
-and resumes from the latest checkpoint, up to ``runner.ray.max_restarts`` times. Metrics go to
+and resumes from the latest checkpoint, up to ``runner.max_restarts`` times. Metrics go to
 the local runner's JSONL/TensorBoard logs and to Prometheus (:mod:`runners.distributed.prometheus`).
 Entry point: ``mazegym train runner.kind=ray ...``.
 """
@@ -45,7 +45,7 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from runners import atomic, build
-from runners.config import ConfigError, RaySettings, TrainConfig, from_dict, to_dict, validate
+from runners.config import RayRunnerConfig, TrainConfig, from_dict, to_dict, validate
 from runners.config.derived import eval_maze_count, rollout_config
 from runners.distributed import fsdp
 from runners.distributed.prometheus import PrometheusExporter
@@ -62,16 +62,15 @@ from runners.train.steps import (
     update_step,
     vision_placeholder_ids,
 )
+from runners.train.sft_result import start_fingerprint
 from runners.train.sync import AdapterSync
 
 
 @dataclass
-class RayConfig(RaySettings):
-    """The Ray runner's settings (``runner.ray``) plus the placement resolved from ``runner``
+class RayConfig(RayRunnerConfig):
+    """The Ray runner's settings (the ``runner`` section) plus the placement resolved from them
     (:func:`ray_config_from`)."""
 
-    num_workers: int = 2
-    """Worker actors = placement-group bundles = training ranks = generation engines."""
     gpus_per_worker: float = 0.0
     """GPUs reserved by each bundle (1 for the colocated vLLM + trainer layout; 0 on CPU)."""
 
@@ -383,7 +382,8 @@ class RolloutTrainWorker:
                 fsdp.GatheredAdapter(self.policy, adapter),
                 fsdp.GatheredAlgorithmState(trainer_state),
                 stream_state,
-                self.config,
+                to_dict(self.config),
+                start_fingerprint(self.config),
                 extra,
             )
         )
@@ -427,17 +427,11 @@ def release_cached_cuda_memory() -> None:
 
 
 def ray_config_from(config: TrainConfig) -> RayConfig:
-    """The Ray runner's settings from ``config.runner``: ``runner.ray``, the worker count, the GPUs split evenly."""
-    rc = RayConfig(**dataclasses.asdict(config.runner.ray), num_workers=int(config.runner.num_workers))
-    if config.model.device.startswith("cuda") and config.runner.num_gpus > 0:
-        rc.gpus_per_worker = config.runner.num_gpus / max(rc.num_workers, 1)
-    if rc.num_workers < 1:
-        raise ConfigError(f"runner.num_workers must be >= 1, got {rc.num_workers}")
-    if config.loop.mazes_per_step < rc.num_workers:
-        raise ConfigError(
-            f"loop.mazes_per_step={config.loop.mazes_per_step} < runner.num_workers={rc.num_workers}: "
-            "every worker needs at least one maze group per step"
-        )
+    """The Ray runner's settings (``config.runner``, validated with the config), the GPUs split evenly over the
+    workers."""
+    rc = RayConfig(**dataclasses.asdict(config.runner))
+    if config.model.device.startswith("cuda") and rc.num_gpus > 0:
+        rc.gpus_per_worker = rc.num_gpus / max(rc.num_workers, 1)
     return rc
 
 
@@ -480,7 +474,7 @@ def _evaluate(group: WorkerGroup, set_name: str, count: int, temperature: float,
 
 
 def cluster_address(address: str | None) -> str:
-    """What ``ray.init`` is given: ``runner.ray.address``, else ``$RAY_ADDRESS``, else ``"local"`` (a new
+    """What ``ray.init`` is given: ``runner.address``, else ``$RAY_ADDRESS``, else ``"local"`` (a new
     instance on this machine; never a stale cluster an earlier process left in /tmp/ray)."""
     return address or os.environ.get("RAY_ADDRESS") or "local"
 
@@ -523,7 +517,7 @@ def train(
                         exporter.record_restart()
                     if state.restarts > ray_cfg.max_restarts:
                         raise RuntimeError(
-                            f"a worker died and runner.ray.max_restarts={ray_cfg.max_restarts} is used up: {exc}"
+                            f"a worker died and runner.max_restarts={ray_cfg.max_restarts} is used up: {exc}"
                         ) from exc
                     resume_from = manager.latest_valid()
                     log(

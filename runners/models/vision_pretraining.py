@@ -2,7 +2,7 @@
 
 The objective is a model kind's hook (:attr:`runners.models.ModelSpec.vision_pretraining_loss`; MazeVLM's
 recurrent encoder predicts the agent's cell and the oracle's move); this module is the loop around it, run by the
-SFT stage (:mod:`runners.train.sft`) when ``sft.vision_steps > 0``.
+SFT stage (:mod:`runners.train.sft`) when ``model.vision_pretraining.steps > 0``.
 """
 
 from __future__ import annotations

@@ -38,109 +38,52 @@ from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
 from runners.rollout.generation.prompts import ChatEncoder
 
 HISTORY_MODES = ("full", "last_k", "none")
+OBS_MODES = ("text", "image", "both")
 
 
 @dataclass
 class RolloutConfig:
-    """How episodes are played and sampled."""
+    """How episodes are played and sampled, and the collector that gathers a step's training episodes."""
 
-    group_size: int = 8
-    """G: rollouts of the same maze per group (GRPO group)."""
-    history: str = "full"
+    group_size: int = field(default=8, metadata={"range": (1, 100_000, False)})
+    """G: rollouts of the same maze per group (GRPO group); a step's env seeds advance by G per maze."""
+    history: str = field(default="full", metadata={"choices": HISTORY_MODES})
     """Conversation history kept in the prompt: "full", "last_k" or "none"."""
-    state_prompt: bool = False
+    state_prompt: bool = field(default=False, metadata={"any": True})
     """The user turn shows the observation alone: no move counter and no feedback on moves (an unparseable reply's
     feedback is still shown), so with history "none" the prompt, and so the policy, is a function of the maze state.
     Branching then scores exactly the policy that plays; without it branching asks each cell the prompt of a play's
     first move, an approximation (docs/research.md measures both).
     """
-    size_free_prompt: bool = False
+    size_free_prompt: bool = field(default=False, metadata={"any": True})
     """The system prompt leaves out the maze's size and move limit, so its text is the same at every maze size and a
     model trained on 9x9 mazes reads a larger maze's prompt as one it was trained on."""
-    history_k: int = 2
+    history_k: int = field(default=2, metadata={"range": (0, 100_000, False)})
     """Past turns kept when history is "last_k"."""
-    obs_mode: str = "text"
+    obs_mode: str = field(default="text", metadata={"choices": OBS_MODES})
     """What the model observes: "text" (ASCII map), "image" or "both" (image needs a VLM)."""
-    max_new_tokens: int = 32
+    max_new_tokens: int = field(default=32, metadata={"range": (1, 1_000_000, False)})
     """Token budget per reply; longer replies are cut (and usually become invalid turns)."""
-    temperature: float = 1.0
-    """Sampling temperature (0 = greedy)."""
-    top_p: float = 1.0
+    temperature: float = field(default=1.0, metadata={"range": (0.0, None, False)})
+    """Sampling temperature of the training rollouts (0 = greedy); the trainer scores log-probs at it too."""
+    top_p: float = field(default=1.0, metadata={"range": (0.0, 1.0, True)})
     """Nucleus sampling mass; keep 1.0 so recorded log-probs equal log_softmax(logits / T)."""
-    max_moves: int = 20
+    max_moves: int = field(default=20, metadata={"range": (1, 1_000_000, False)})
     """Move limit per episode (invalid replies use up a move too)."""
-    require_stop: bool = False
+    require_stop: bool = field(default=False, metadata={"any": True})
     """Episodes end only with an explicit stop action (VisGym's rule)."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra VisMazeEnv keyword arguments (e.g. cell_px, shaping)."""
-    branching: bool = False
-    """Train on branches instead of plays: the same as collector "branches" (false: "plays"). Every open cell of each
-    training maze is an anchor state (exploring starts), each of the 4 moves is tried there once and followed by the
-    current greedy policy; the 4 branches form one group. Needs history "none" and the trainer's own old log-probs
-    (algo.old_logprobs=recompute).
-    """
-    collector: str = ""
-    """The registered collector that gathers the training episodes (runners.rollout.collectors): "plays", "branches"
-    or one a project adds. Empty: "branches" with branching=true, else "plays". Setting it sets branching to match.
-    """
-    branch_gamma: float = 0.9
-    """Branching (the branch_* keys are the branches collector's settings): a branch that reaches the goal in n moves
-    is worth branch_gamma ** (n - 1) (shorter is better); one that does not, 0.
-    """
-    branch_worlds: int = 0
-    """Branching: besides the greedy continuation, this many continuation policies sampled from the policy (one move
-    drawn per cell at the sampling temperature, kept for the whole walk); a branch's worth is its mean over them. 0
-    = greedy only. Sampled continuations reach the goal from cells where the greedy one loops, so more cells get a
-    signal.
-    """
-    branch_continuation: str = "greedy"
-    """Branching: how each move's continuation is valued. "greedy": the current greedy policy walks on from the move's
-    cell (plus branch_worlds generated continuations). "sampled": the greedy walk plus branch_samples continuation
-    policies drawn from the policy's move distribution at the sampling temperature (one move per cell, kept for the
-    walk; all 4 moves judged in the same draws), the distribution at every cell read once from one batched scoring
-    of the 4 canonical replies (exact when the prompt is a function of the cell, state_prompt=true; else the first
-    move's prompt stands for every move). "expected": the exact expectation with a fresh move sampled at every step
-    -- a diagnostic, not RL: in a perfect maze its best move is the shortest-path move wherever the policy has any
-    chance, whatever the policy (see runners.rollout.collectors.branches.continuation_values).
-    """
-    branch_samples: int = 32
-    """Branching with branch_continuation "sampled": continuation policies drawn per step, besides the greedy one."""
-    branch_settled: float = 1.0
-    """Branching with branch_continuation "sampled" or "expected": a cell whose best moves hold at least this share
-    of the probability the policy puts on the four moves (and more than its malformed replies hold) is left out of the
-    update (a positive advantage on a reply of probability p moves its logit by about 1 - p, so such rows cost a full
-    forward and backward pass for little signal); it comes back as soon as its share falls. 1.0 keeps every cell.
-    """
-    branch_prompts: str = "first"
-    """Branching: the prompt each anchor cell is asked with. "first": a play's first move there (move 1, no feedback).
-    "play": what a play shows on that cell later too: a move counter drawn uniformly from the moves a play can have
-    made (0 .. max_moves - 1) and, past the first move, the feedback of arriving there from a random open neighbour;
-    drawn per step from the step seed and the maze, so RL trains the prompts evaluation plays show.
-    """
-    branch_reward: str = "best"
-    """Branching: a branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal,
-    else 0) or "value" (its worth, branch_gamma ** (n - 1) or 0).
-    """
-    branch_moves_only: bool = False
-    """Branching with branch_continuation "sampled" or "expected": the continuations play the policy's move replies
-    alone, each cell's move probabilities renormalised over the four moves (as decoding constrained to the env's
-    actions would), instead of the rest of the mass being an unparseable reply that spends a move in place. For a
-    policy that has not learnt the reply format yet (no SFT), whose walks would otherwise stand still."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"any": True})
+    """Extra VisMazeEnv keyword arguments (e.g. cell_px, shaping); the env checks them."""
+    collector: collectors.CollectorConfig = field(default_factory=collectors.CollectorConfig)
+    """The collector of the training episodes (runners.rollout.collectors): its name and its own settings."""
 
-    def __post_init__(self) -> None:
-        if self.group_size < 1:
-            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
-        if self.history not in HISTORY_MODES:
-            raise ValueError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
-        if self.obs_mode not in ("text", "image", "both"):
-            raise ValueError(f"obs_mode must be 'text', 'image' or 'both', got {self.obs_mode!r}")
-        if self.max_moves < 1:
-            raise ValueError(f"max_moves must be >= 1, got {self.max_moves}")
-
-    def sampling(self, seed: int | None) -> SamplingConfig:
-        """The generator sampling settings for one turn."""
+    def sampling(self, seed: int | None, temperature: float | None = None) -> SamplingConfig:
+        """The generator sampling settings for one turn (at ``temperature``, default :attr:`temperature`)."""
         return SamplingConfig(
-            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=seed
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature if temperature is None else temperature,
+            top_p=self.top_p,
+            seed=seed,
         )
 
     def system_prompt(self, size: int) -> str:
@@ -254,15 +197,18 @@ def play_episodes(
     seed: int = 0,
     group_offset: int = 0,
     keep_images: bool = True,
+    temperature: float | None = None,
 ) -> list[Episode]:
     """Play ``group_size`` episodes of every maze in lock step; one generate call per turn.
 
-    Episodes of maze ``i`` get ``group_id = group_offset + i``. Returned in group order. Without
+    Episodes of maze ``i`` get ``group_id = group_offset + i``. Returned in group order. Replies are sampled at
+    ``temperature`` (default: ``config.temperature``, the training rollouts'; 0 = greedy). Without
     ``keep_images`` the turns hold no frames (evaluation: nothing trains on them, and 64 plays of
     50 moves on 13x13 frames would hold ~1 GB).
     """
     encoder = encoder if encoder is not None else generator.encoder  # type: ignore[attr-defined]
     version = generator.adapter_version if weights_version is None else int(weights_version)
+    temperature = config.temperature if temperature is None else temperature
     plays = [
         _start(maze, group_offset + i, config, version, seed + i * group_size + j)
         for i, maze in enumerate(mazes)
@@ -289,8 +235,8 @@ def play_episodes(
             prompts.append(Prompt(prompt_ids=ids, images=images))
         if not active:
             break
-        turn_seed = None if config.temperature <= 0 else seed * 1_000_003 + turn
-        results = generator.generate(prompts, config.sampling(turn_seed))
+        turn_seed = None if temperature <= 0 else seed * 1_000_003 + turn
+        results = generator.generate(prompts, config.sampling(turn_seed, temperature))
         if len(results) != len(prompts):
             raise RuntimeError(f"generator returned {len(results)} replies for {len(prompts)} prompts")
         for play, current, prompt, result in zip(active, users, prompts, results):
@@ -314,7 +260,7 @@ def collect_groups(
     """A step's training episodes of ``mazes``, collected by the collector ``config`` selects
     (:func:`runners.rollout.collectors.of`: G sampled plays of each maze by default, group ``group_offset + i`` = maze
     ``i``). ``weights_version`` defaults to the generator's current adapter version."""
-    return collectors.check(config).collect(generator, mazes, config, encoder, weights_version, seed, group_offset)
+    return collectors.of(config).collect(generator, mazes, config, encoder, weights_version, seed, group_offset)
 
 
 def evaluate_mazes(
@@ -325,8 +271,7 @@ def evaluate_mazes(
     seed: int = 0,
 ) -> list[Episode]:
     """One greedy (temperature 0) episode per maze, for evaluation; group_id = maze index; the turns keep no frames."""
-    greedy = RolloutConfig(**{**config.__dict__, "temperature": 0.0, "group_size": 1})
-    return play_episodes(generator, mazes, greedy, 1, encoder, None, seed, 0, keep_images=False)
+    return play_episodes(generator, mazes, config, 1, encoder, None, seed, 0, keep_images=False, temperature=0.0)
 
 
 def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:

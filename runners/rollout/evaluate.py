@@ -251,10 +251,9 @@ def replay_record(record: dict[str, Any], env: dict[str, Any], spec: Any):
     return replay(spec, record["actions"], **kwargs)
 
 
-def eval_rollout_config(base: RolloutConfig, set_name: str, temperature: float = 0.0) -> RolloutConfig:
-    """The rollout settings for evaluating set ``set_name``: its move limit, one episode per maze."""
-    info = EVAL_SETS[set_name]
-    return dataclasses.replace(base, max_moves=info.max_moves, temperature=temperature, group_size=1)
+def eval_rollout_config(base: RolloutConfig, set_name: str) -> RolloutConfig:
+    """The rollout settings for evaluating set ``set_name``: the run's, with the set's move limit."""
+    return dataclasses.replace(base, max_moves=EVAL_SETS[set_name].max_moves)
 
 
 EVAL_BATCH = 128
@@ -286,14 +285,14 @@ def play_eval_mazes(
             return played
 
         return map_slices(play, mazes, threads)
-    config = eval_rollout_config(rollout, set_name, temperature)
+    config = eval_rollout_config(rollout, set_name)
     episodes: list[Episode] = []
     for lo in range(0, len(mazes), EVAL_BATCH):
         part, seed = mazes[lo : lo + EVAL_BATCH], start + lo
         if temperature <= 0:
             played = evaluate_mazes(generator, part, config, seed=seed)
         else:
-            played = play_episodes(generator, part, config, 1, seed=seed, keep_images=False)
+            played = play_episodes(generator, part, config, 1, seed=seed, keep_images=False, temperature=temperature)
         for ep in played:
             ep.group_id += lo
         episodes += played
@@ -315,7 +314,7 @@ def evaluate_set(
     The summary includes the per-maze records (``"mazes"``) and replay settings (``"env"``), see
     :func:`eval_summary`.
     """
-    config = eval_rollout_config(rollout, set_name, temperature)
+    config = eval_rollout_config(rollout, set_name)
     episodes = play_eval_mazes(generator, set_name, rollout, temperature, stop=stop, threads=threads)
     summary = eval_summary(set_name, episodes, config, temperature)
     return (summary, episodes) if return_episodes else summary

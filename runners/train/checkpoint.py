@@ -43,11 +43,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-import algos
 from mazegym.evalsets import MazeStream
 from runners.atomic import replace_dir, temp_dir_beside, write_text
-from runners.config import TrainConfig, to_dict
-from runners.train.sft_result import start_fingerprint
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
@@ -460,10 +457,12 @@ def save_checkpoint(
     policy: Any,
     algorithm: Any,
     stream_state: dict[str, Any],
-    config: TrainConfig,
+    config: dict[str, Any],
+    sft_fingerprint: str | None,
     extra: dict[str, Any],
 ) -> Path:
-    """Write checkpoint ``step`` (adapter, optimizer/scheduler, RNGs, maze stream state, step, config, ``extra``)."""
+    """Write checkpoint ``step`` (adapter, optimizer/scheduler, RNGs, maze stream state, step, the run's saved
+    ``config``, the fingerprint of the SFT result the weights were trained on, ``extra``)."""
 
     def write(tmp: Path) -> None:
         policy.save_adapter(tmp / "adapter")
@@ -472,18 +471,13 @@ def save_checkpoint(
         state = {
             "step": step,
             "stream": stream_state,
-            "config": to_dict(config),
-            "sft_fingerprint": start_fingerprint(config),  # the SFT result these weights were trained on
+            "config": config,
+            "sft_fingerprint": sft_fingerprint,
             **extra,
         }
         (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
 
     return manager.save(step, write)
-
-
-def checkpoint_files(config: TrainConfig) -> tuple[str, ...]:
-    """The files every checkpoint of this run must hold (the critic's weights too when the algorithm trains one)."""
-    return required_files(value_head=algos.get(config.algo.name).needs_value_head)
 
 
 def load_checkpoint(path: Path, policy: Any, algorithm: Any, stream: MazeStream) -> dict[str, Any]:

@@ -79,15 +79,14 @@ def _finite_scalars(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 class MetricsLogger:
-    """Fan-out of scalar metrics to JSONL, TensorBoard and optional W&B / MLflow."""
+    """Fan-out of scalar metrics to JSONL, TensorBoard and optional W&B / MLflow (``sinks``: sink name -> its
+    project or experiment name, ``logging.sinks``)."""
 
     def __init__(
         self,
         run_dir: str | Path,
         *,
-        wandb: bool = False,
-        mlflow: bool = False,
-        project: str = "mazegym",
+        sinks: dict[str, str] | None = None,
         config: dict | None = None,
         tensorboard: bool = True,
         echo=print,
@@ -105,15 +104,18 @@ class MetricsLogger:
                 self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
             except Exception as exc:  # tensorboard missing or broken: JSONL still works
                 echo(f"[metrics] TensorBoard disabled: {exc}")
+        sinks = sinks or {}
         self._wandb_phases: set[str] = set()
-        self.wandb = self._init_wandb(project, config) if wandb else None
-        self.mlflow = self._init_mlflow(project, config) if mlflow else None
+        self.wandb = self._init_wandb(sinks["wandb"], config) if "wandb" in sinks else None
+        self.mlflow = self._init_mlflow(sinks["mlflow"], config) if "mlflow" in sinks else None
 
     def _init_wandb(self, project: str, config: dict | None):
         try:
             import wandb
         except ImportError:
-            self.echo("[metrics] logging.wandb=true but wandb is not installed (pip install wandb); skipping W&B")
+            self.echo(
+                "[metrics] logging.sinks names wandb but wandb is not installed (pip install wandb); skipping W&B"
+            )
             return None
         return wandb.init(project=project, dir=str(self.run_dir), config=config or {}, name=self.run_dir.name)
 
@@ -121,7 +123,9 @@ class MetricsLogger:
         try:
             import mlflow
         except ImportError:
-            self.echo("[metrics] logging.mlflow=true but mlflow is not installed (pip install mlflow); skipping MLflow")
+            self.echo(
+                "[metrics] logging.sinks names mlflow but mlflow is not installed (pip install mlflow); skipping MLflow"
+            )
             return None
         mlflow.set_experiment(project)
         mlflow.start_run(run_name=self.run_dir.name)

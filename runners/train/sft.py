@@ -31,6 +31,7 @@ from runners import atomic, models
 from runners.config import ConfigError, TrainConfig
 from runners.config.derived import rollout_config, vision_batch_size
 from runners.models.vision_pretraining import pretrain_vision
+from runners.config.runner import update_threads
 from runners.rollout.evaluate import write_json
 from runners.train.demos import DemoStream, demo_turns
 from runners.train.fingerprints import result_fingerprint
@@ -171,8 +172,14 @@ def train_sft(
 
 
 def sft_threads(config: TrainConfig) -> int:
-    """Threads the SFT stage computes each batch's gradient on (``loop.update_threads``, on CPU only)."""
-    return config.loop.update_threads if config.model.device == "cpu" else 1
+    """Threads the SFT stage computes each batch's gradient on (``runner.update_threads``, on CPU only)."""
+    return update_threads(config.runner) if config.model.device == "cpu" else 1
+
+
+def vision_steps(config: TrainConfig) -> int:
+    """Vision pretraining batches before SFT: ``model.vision_pretraining.steps`` of a kind that has them, else 0."""
+    pretraining = getattr(config.model, "vision_pretraining", None)
+    return pretraining.steps if pretraining else 0
 
 
 # --------------------------------------------------------------------------- the SFT stage of a run
@@ -204,19 +211,21 @@ def pretrain_vision_as_configured(
     steps: int,
     log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
-    """:func:`pretrain_vision` for ``steps`` steps with the run's ``sft.vision_*`` settings; its final metrics."""
+    """:func:`pretrain_vision` for ``steps`` steps with the model kind's ``model.vision_pretraining`` settings; its
+    final metrics."""
+    settings = config.model.vision_pretraining
     return pretrain_vision(
         model,
         cells,
         steps=steps,
         batch_size=vision_batch_size(config),
-        lr=config.sft.vision_lr,
+        lr=settings.lr,
         image_processor=image_processor,
         log=log,
         threads=sft_threads(config),
-        iterations=config.sft.vision_iterations,
+        iterations=settings.iterations,
         seed=config.sft.seed,
-        path_weight=config.sft.vision_path_weight,
+        path_weight=settings.path_weight,
     )
 
 
@@ -274,16 +283,16 @@ def _run_sft_into(
         model = add_lora(model, config.lora)
     t0 = time.perf_counter()
     vision_final = _vision_stage(config, model, mazes, make_turns, image_processor, log, metrics)
-    if config.sft.mode == "full" and config.sft.freeze_vision:
+    if config.sft.mode == "full" and getattr(config.model, "freeze_vision", False):
         freeze_vision_tower(model)
     final = _sft_stage(config, model, demos, tokenizer.pad_token_id, image_processor, metrics)
     target = _save_result(config, model, tokenizer, base, out)
     info = {
         "steps": config.sft.steps,
-        "vision_steps": config.sft.vision_steps,
+        "vision_steps": vision_steps(config),
         "batch_size": config.sft.batch_size,
         "vision_batch_size": vision_batch_size(config),
-        "demo_moves": config.sft.vision_steps * vision_batch_size(config) + config.sft.steps * config.sft.batch_size,
+        "demo_moves": vision_steps(config) * vision_batch_size(config) + config.sft.steps * config.sft.batch_size,
         "mazes_seen": mazes.index,
         "seconds": time.perf_counter() - t0,
         "final": final,
@@ -311,28 +320,25 @@ def _vision_stage(
     log: Callable[[str], None],
     metrics: MetricsLogger | None,
 ) -> dict[str, float]:
-    """Vision pretraining before SFT when ``sft.vision_steps > 0``; its final metrics (empty when it does not run)."""
-    if config.sft.vision_steps <= 0:
+    """Vision pretraining before SFT when ``model.vision_pretraining.steps > 0``; its final metrics (empty when it does
+    not run)."""
+    steps = vision_steps(config)
+    if steps <= 0:
         return {}
     if models.spec_of(model).vision_pretraining_loss is None:
         raise ConfigError(
-            f"sft.vision_steps={config.sft.vision_steps}: this model has no vision pretraining objective (the "
-            f"model kinds with one: {', '.join(models.having('vision_pretraining_loss'))}); set sft.vision_steps=0"
+            f"model.vision_pretraining.steps={steps}: this model has no vision pretraining objective (the model "
+            f"kinds with one: {', '.join(models.having('vision_pretraining_loss'))})"
         )
-    progress, on_step = _step_logger(
-        config, metrics, config.sft.vision_steps, "vision pretraining", "vision", "vision_loss"
-    )
+    progress, on_step = _step_logger(config, metrics, steps, "vision pretraining", "vision", "vision_loss")
     # The encoder learns from one random open cell of each fresh maze: far more mazes for the same number of
     # moves than whole demonstrations give, which is what lets its routing hold on larger mazes.
     cells = DemoStream(mazes, lambda spec, rng: make_turns(spec, rng, vision=True), seed=config.sft.seed)
     try:
-        final = pretrain_vision_as_configured(config, model, cells, image_processor, config.sft.vision_steps, on_step)
+        final = pretrain_vision_as_configured(config, model, cells, image_processor, steps, on_step)
     finally:
         progress.close()
-    log(
-        f"[sft] vision pretraining: {config.sft.vision_steps} steps, move accuracy "
-        f"{final['vision_move_accuracy']:.2f} on its last batch"
-    )
+    log(f"[sft] vision pretraining: {steps} steps, move accuracy {final['vision_move_accuracy']:.2f} on its last batch")
     return final
 
 
@@ -357,7 +363,7 @@ def _sft_stage(
             lr=config.sft.lr,
             pad_id=pad_id,
             image_processor=image_processor,
-            localization_weight=config.sft.localization_weight,
+            localization_weight=getattr(config.model, "localization_weight", 0.0),
             log=on_step,
             threads=sft_threads(config),
         )

@@ -27,16 +27,19 @@ from mazegym.evalsets import MazeStream
 from runners import models
 from runners.config import TrainConfig
 from runners.config.derived import eval_maze_count, eval_vision_iterations, rollout_config, step_seed
+from runners.config.runner import torch_threads
 from runners.rollout import collectors
 from runners.rollout.collect import RolloutConfig, collect_groups
 from runners.rollout.evaluate import evaluate_set, play_eval_mazes
+from runners.rollout.generation.engines import rollout_threads
 from runners.rollout.threads import map_slices
 
 
 def set_threads(config: TrainConfig) -> None:
-    """Apply ``loop.num_threads`` to torch on CPU."""
-    if config.loop.num_threads > 0 and config.model.device == "cpu":
-        torch.set_num_threads(config.loop.num_threads)
+    """Apply the runner's torch threads (the local runner's ``runner.num_threads``) to torch on CPU."""
+    threads = torch_threads(config.runner)
+    if threads > 0 and config.model.device == "cpu":
+        torch.set_num_threads(threads)
 
 
 def generate_step(
@@ -58,7 +61,7 @@ def play_step_mazes(
 
     Group ids and env seeds depend only on (step, index of the maze in the step), so a worker
     playing a slice of the step's mazes produces exactly what one process playing all would; the
-    same holds for the ``loop.rollout_threads`` slices a step is split into when its collector leaves torch's
+    same holds for the ``engine.rollout_threads`` slices a step is split into when its collector leaves torch's
     random generator alone (branch scoring).
     """
     rollout = rollout or rollout_config(config)
@@ -72,13 +75,8 @@ def play_step_mazes(
             group_offset=step * config.loop.mazes_per_step + offset + start,
         )
 
-    threads = rollout_threads(config) if collectors.draws_no_torch_randomness(rollout) else 1
+    threads = rollout_threads(config.engine) if collectors.draws_no_torch_randomness(rollout) else 1
     return map_slices(play, mazes, threads)
-
-
-def rollout_threads(config: TrainConfig) -> int:
-    """Threads that share the generator for a step's branch scoring and for greedy evaluation (``hf`` engine only)."""
-    return config.loop.rollout_threads if config.loop.engine == "hf" else 1
 
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:
@@ -145,7 +143,7 @@ def eval_step(generator: Any, config: TrainConfig, set_name: str | None = None) 
             name,
             rollout_config(config),
             temperature=config.eval.temperature,
-            threads=rollout_threads(config),
+            threads=rollout_threads(config.engine),
             stop=eval_maze_count(config, name),
         )
     if iterations:
@@ -163,14 +161,14 @@ def eval_episodes(generator: Any, config: TrainConfig, set_name: str, start: int
             config.eval.temperature,
             start,
             stop,
-            threads=rollout_threads(config),
+            threads=rollout_threads(config.engine),
         )
 
 
 @contextlib.contextmanager
 def vision_iterations_for(generator: Any, config: TrainConfig, set_name: str):
     """Within the block, a recurrent vision encoder runs the iterations :func:`eval_vision_iterations` gives the set
-    (more on larger mazes, or ``eval.vision_iterations``).
+    (more on larger mazes, or ``model.eval_vision_iterations``).
 
     Yields the iteration count used (None when it leaves the model's own); restores the count afterwards.
     """

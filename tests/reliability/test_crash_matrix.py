@@ -52,7 +52,7 @@ def train_args(run_dir: Path, sft_model: Path) -> list[str]:
         "eval.every=0",
         "eval.before_rl=false",
         "logging.progress=false",
-        "loop.num_threads=1",
+        "runner.num_threads=1",
     ]
 
 

@@ -44,8 +44,8 @@ def test_a_second_writer_is_refused_naming_the_holder(holder):
 @pytest.mark.parametrize(
     "command",
     [
-        ["train", "loop.steps=1", "sft.steps=1", "sft.vision_steps=1", "logging.calibration_seconds=0"],
-        ["sft", "sft.steps=1", "sft.vision_steps=1", "--no-eval"],
+        ["train", "loop.steps=1", "sft.steps=1", "model.vision_pretraining.steps=1", "logging.calibration_seconds=0"],
+        ["sft", "sft.steps=1", "model.vision_pretraining.steps=1", "--no-eval"],
         ["export"],
     ],
 )

@@ -15,7 +15,7 @@ import torch
 from mazegym.evalsets import MazeStream
 from reliability_helpers import FakeAdapterPolicy, net_algorithm
 from runners.train.checkpoint import CheckpointManager, write_manifest
-from runners.config import TrainConfig
+from runners.config import TrainConfig, to_dict
 from runners.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,9 @@ def _checkpoint(tmp_path: Path) -> tuple[Path, MazeStream]:
     stream = MazeStream(size=7, seed=0)
     next(stream)
     manager = CheckpointManager(tmp_path / "checkpoints", log=lambda m: None)
-    path = save_checkpoint(manager, 1, FakeAdapterPolicy(), net_algorithm(), stream.state_dict(), TrainConfig(), {})
+    path = save_checkpoint(
+        manager, 1, FakeAdapterPolicy(), net_algorithm(), stream.state_dict(), to_dict(TrainConfig()), None, {}
+    )
     return path, stream
 
 
@@ -120,7 +122,7 @@ def test_a_real_lora_policy_checkpoint_round_trips_through_safe_loading(tmp_path
     algorithm.optimizer.step()
     stream = MazeStream(size=7, seed=0)
     manager = CheckpointManager(tmp_path / "checkpoints", log=lambda m: None)
-    path = save_checkpoint(manager, 3, policy, algorithm, stream.state_dict(), TrainConfig(), {})
+    path = save_checkpoint(manager, 3, policy, algorithm, stream.state_dict(), to_dict(TrainConfig()), None, {})
     check_adapter(model, path / "adapter")
     fresh_policy, fresh_algorithm = build()
     load_checkpoint(path, fresh_policy, fresh_algorithm, MazeStream(size=7, seed=0))

@@ -2,7 +2,7 @@
 
 **The server** (:mod:`~runners.artifacts.serve.server`: :func:`serve`, FastAPI on uvicorn, loopback by default)
 loads the model and adapter ``mazegym eval`` would evaluate (the run's latest checkpoint, else its final adapter,
-else its SFT result) into the run's own generation engine (``loop.engine``: ``hf``, or ``vllm``,
+else its SFT result) into the run's own generation engine (``engine.name``: ``hf``, or ``vllm``,
 where MazeVLM's decoder runs on vLLM with its vision encoder beside it) and answers:
 
 * ``POST /v1/chat/completions``: an OpenAI-style chat request. ``messages`` as OpenAI writes

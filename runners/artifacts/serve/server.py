@@ -98,7 +98,7 @@ class ServedPolicy:
 
 
 def load_policy(config: Any, model_dir: Path, adapter: Path | None, label: str) -> ServedPolicy:
-    """Build the run's generator (``loop.engine``) with ``adapter`` loaded."""
+    """Build the run's generator (``engine.name``) with ``adapter`` loaded."""
     from runners.build import build_generator
 
     generator = build_generator(config, model_dir, adapter, version=1 if adapter is not None else 0)

@@ -1,8 +1,8 @@
-"""The ``branches`` collector (``rollout.branching=true``): exploring-start branches, a group of 4 one-move episodes
-at every open cell of each maze, each valued by what the policy earns after the move.
+"""The ``branches`` collector: exploring-start branches, a group of 4 one-move episodes at every open cell of each
+maze, each valued by what the policy earns after the move.
 
-Its settings are the ``rollout.branch_*`` keys, read into :class:`BranchSettings` (:func:`branch_settings`). Only
-the environment's moves and goal are used; no solver.
+Its settings are :class:`BranchSettings` (the ``rollout.collector`` section with ``name: branches``). Only the
+environment's moves and goal are used; no solver.
 """
 
 from __future__ import annotations
@@ -21,70 +21,92 @@ from mazegym import ACTION_NAMES
 from mazegym.solver import MOVES, next_cell
 from runners.rollout.env import make_env
 from runners.rollout.collect import RolloutConfig
-from runners.rollout.collectors import BRANCHES, Collector, register
+from runners.rollout.collectors import Collector, CollectorConfig, register
 from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
 from runners.rollout.generation.prompts import ChatEncoder
 
+BRANCHES = "branches"
+"""This collector's name (``rollout.collector.name``)."""
 CONTINUATIONS = ("greedy", "sampled", "expected")
-"""How a move's continuation is valued (``rollout.branch_continuation``)."""
+"""How a move's continuation is valued (``rollout.collector.continuation``)."""
 REWARDS = ("best", "value")
-"""What a branch earns (``rollout.branch_reward``)."""
+"""What a branch earns (``rollout.collector.reward``)."""
 PROMPTS = ("first", "play")
-"""Which prompt an anchor cell is asked with (``rollout.branch_prompts``)."""
+"""Which prompt an anchor cell is asked with (``rollout.collector.prompts``)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class BranchSettings:
-    """The branches collector's settings, read from ``rollout.branch_<field>`` (their defaults and help are there)."""
+@dataclasses.dataclass
+class BranchSettings(CollectorConfig):
+    """The branches collector's settings: every open cell of each training maze is an anchor state (exploring
+    starts), each of the 4 moves is tried there once and followed by the policy; the 4 branches form one group. Needs
+    history "none" and the trainer's own old log-probs (algo.old_logprobs=recompute)."""
 
-    gamma: float
-    worlds: int
-    continuation: str
-    samples: int
-    settled: float
-    reward: str
-    prompts: str
-    moves_only: bool
+    gamma: float = dataclasses.field(default=0.9, metadata={"range": (0.0, 1.0, True)})
+    """A branch that reaches the goal in n moves is worth gamma ** (n - 1) (shorter is better); one that does not,
+    0."""
+    worlds: int = dataclasses.field(default=0, metadata={"range": (0, 100_000, False)})
+    """With continuation "greedy": besides the greedy continuation, this many continuation policies sampled from the
+    policy (one move drawn per cell at the sampling temperature, kept for the whole walk); a branch's worth is its
+    mean over them. 0 = greedy only. Sampled continuations reach the goal from cells where the greedy one loops, so
+    more cells get a signal.
+    """
+    continuation: str = dataclasses.field(default="greedy", metadata={"choices": CONTINUATIONS})
+    """How each move's continuation is valued. "greedy": the current greedy policy walks on from the move's cell
+    (plus `worlds` generated continuations). "sampled": the greedy walk plus `samples` continuation policies drawn
+    from the policy's move distribution at the sampling temperature (one move per cell, kept for the walk; all 4
+    moves judged in the same draws), the distribution at every cell read once from one batched scoring of the 4
+    canonical replies (exact when the prompt is a function of the cell, rollout.state_prompt=true; else the first
+    move's prompt stands for every move). "expected": the exact expectation with a fresh move sampled at every step
+    -- a diagnostic, not RL: in a perfect maze its best move is the shortest-path move wherever the policy has any
+    chance, whatever the policy (see runners.rollout.collectors.branches.continuation_values).
+    """
+    samples: int = dataclasses.field(default=32, metadata={"range": (1, 100_000, False)})
+    """With continuation "sampled": continuation policies drawn per step, besides the greedy one."""
+    settled: float = dataclasses.field(default=1.0, metadata={"range": (0.0, 1.0, True)})
+    """With continuation "sampled" or "expected": a cell whose best moves hold at least this share of the
+    probability the policy puts on the four moves (and more than its malformed replies hold) is left out of the
+    update (a positive advantage on a reply of probability p moves its logit by about 1 - p, so such rows cost a full
+    forward and backward pass for little signal); it comes back as soon as its share falls. 1.0 keeps every cell.
+    """
+    prompts: str = dataclasses.field(default="first", metadata={"choices": PROMPTS})
+    """The prompt each anchor cell is asked with. "first": a play's first move there (move 1, no feedback). "play":
+    what a play shows on that cell later too: a move counter drawn uniformly from the moves a play can have made
+    (0 .. max_moves - 1) and, past the first move, the feedback of arriving there from a random open neighbour;
+    drawn per step from the step seed and the maze, so RL trains the prompts evaluation plays show.
+    """
+    reward: str = dataclasses.field(default="best", metadata={"choices": REWARDS})
+    """A branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal, else 0)
+    or "value" (its worth, gamma ** (n - 1) or 0).
+    """
+    moves_only: bool = dataclasses.field(default=False, metadata={"any": True})
+    """With continuation "sampled" or "expected": the continuations play the policy's move replies alone, each cell's
+    move probabilities renormalised over the four moves (as decoding constrained to the env's actions would), instead
+    of the rest of the mass being an unparseable reply that spends a move in place. For a policy that has not learnt
+    the reply format yet (no SFT), whose walks would otherwise stand still."""
 
-    def __post_init__(self) -> None:
-        if self.prompts not in PROMPTS:
-            raise ValueError(f"branch_prompts must be 'first' or 'play', got {self.prompts!r}")
-        if self.reward not in REWARDS:
-            raise ValueError(f"branch_reward must be 'best' or 'value', got {self.reward!r}")
-        if self.continuation not in CONTINUATIONS:
-            raise ValueError(
-                f"branch_continuation must be 'greedy', 'sampled' or 'expected', got {self.continuation!r}"
-            )
-        if self.continuation != "greedy" and self.worlds:
-            raise ValueError("branch_worlds adds greedy-style continuations; it needs branch_continuation='greedy'")
-        if not 0.0 < self.settled <= 1.0:
-            raise ValueError(f"branch_settled must be in (0, 1], got {self.settled}")
-        if self.settled < 1.0 and self.continuation == "greedy":
-            raise ValueError(
-                "branch_settled needs the scored move distribution: set branch_continuation to 'sampled' or 'expected'"
-            )
-        if self.moves_only and self.continuation == "greedy":
-            raise ValueError(
-                "branch_moves_only renormalises the scored move distribution: set branch_continuation to 'sampled' or "
-                "'expected'"
-            )
-        if self.samples < 1:
-            raise ValueError(f"branch_samples must be >= 1, got {self.samples}")
-        if self.worlds < 0:
-            raise ValueError(f"branch_worlds must be >= 0, got {self.worlds}")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"branch_gamma must be in (0, 1], got {self.gamma}")
 
-
-def branch_settings(config: RolloutConfig) -> BranchSettings:
-    """The branch settings of ``config`` (its ``branch_*`` fields); ``ValueError`` when one is out of range or the
-    play settings cannot branch."""
-    if config.history != "none" or config.require_stop:
-        raise ValueError(
-            "branching needs history='none' and require_stop=False: a branch's state is the "
-            f"agent's cell alone (got history={config.history!r}, require_stop={config.require_stop})"
+def check_settings(rollout: RolloutConfig) -> list[str]:
+    """What is wrong with the branch settings beside the other rollout settings (empty when nothing is)."""
+    settings: BranchSettings = rollout.collector
+    problems = []
+    if rollout.history != "none" or rollout.require_stop:
+        problems.append(
+            "rollout.collector.name=branches needs rollout.history=none and rollout.require_stop=false: a branch's "
+            f"state is the agent's cell alone (got history={rollout.history!r}, require_stop={rollout.require_stop})"
         )
-    return BranchSettings(**{f.name: getattr(config, f"branch_{f.name}") for f in dataclasses.fields(BranchSettings)})
+    if settings.continuation != "greedy" and settings.worlds:
+        problems.append("rollout.collector.worlds adds greedy-style continuations; it needs continuation=greedy")
+    if settings.settled < 1.0 and settings.continuation == "greedy":
+        problems.append(
+            "rollout.collector.settled needs the scored move distribution: set rollout.collector.continuation to "
+            "sampled or expected"
+        )
+    if settings.moves_only and settings.continuation == "greedy":
+        problems.append(
+            "rollout.collector.moves_only renormalises the scored move distribution: set "
+            "rollout.collector.continuation to sampled or expected"
+        )
+    return problems
 
 
 def greedy_moves_to_goal(
@@ -216,7 +238,7 @@ def cell_prompts(
     Returns ``(anchors, prompts)``; ``anchors[j] = (maze index, (row, col))`` names the cell of
     ``prompts[j]``. With ``config.state_prompt`` each prompt is the one
     the policy sees on that cell at any move of a play; without it, the one of a play's first move, or with
-    ``config.branch_prompts="play"`` one a play shows there later (:func:`play_like_info`).
+    ``config.collector.prompts="play"`` one a play shows there later (:func:`play_like_info`).
     """
     anchors: list[tuple[int, tuple[int, int]]] = []
     prompts: list[Prompt] = []
@@ -228,7 +250,7 @@ def cell_prompts(
             if cell == maze.goal:
                 continue
             obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
-            if config.branch_prompts == "play":
+            if config.collector.prompts == "play":
                 rng = np.random.default_rng([seed % 2**63, int(maze.maze_id, 16), int(r), int(c)])
                 info = play_like_info(maze, cell, info, config.max_moves, rng)
             ids, images = encoder.encode(
@@ -282,23 +304,23 @@ def collect_branches(
     the cells its own plays would never reach are asked too); following those moves from every
     cell gives the greedy policy's moves to the goal from anywhere. Then, at each anchor cell,
     each of the 4 moves is a branch: its turn is the cell's prompt and the canonical reply for
-    the move, and its reward is ``branch_gamma ** (n - 1)`` when the move followed by the greedy
+    the move, and its reward is ``gamma ** (n - 1)`` when the move followed by the greedy
     policy reaches the goal in n <= ``max_moves`` moves, else 0. A group-normalised advantage
     over the 4 branches is the step-level credit of GiGPO's anchor states without waiting for
     plays to meet at a state, and VinePPO's Monte-Carlo branching with a greedy continuation.
-    With ``branch_reward="best"`` the reward is 1 for the group's most valuable branches instead
+    With ``reward="best"`` the reward is 1 for the group's most valuable branches instead
     (when any reaches the goal): the four branches are enumerated, not sampled from the policy, so
     an advantage proportional to the values would push up second-best moves (a wall bump that
     wastes one move) nearly as hard as the best one.
-    With ``branch_continuation="sampled"`` a move's worth is instead its mean over the greedy
-    world and ``branch_samples`` worlds drawn from the policy's move distribution
+    With ``continuation="sampled"`` a move's worth is instead its mean over the greedy
+    world and ``samples`` worlds drawn from the policy's move distribution
     (:func:`continuation_values`), read by one :meth:`Generator.score_replies` call, and cells the
-    policy has settled (``branch_settled``) are left out.
+    policy has settled (``settled``) are left out. The settings are ``config.collector`` (:class:`BranchSettings`).
     Only the environment's moves and goal are used; no solver. Group ids are
     ``(group_offset + i) * size**2 + row * size + col`` (unique per run, like :func:`collect_groups`'s).
     Branch turns carry no sampling log-probs (none was sampled): the trainer recomputes them.
     """
-    settings = branch_settings(config)
+    settings: BranchSettings = config.collector
     encoder = encoder if encoder is not None else generator.encoder  # type: ignore[attr-defined]
     version = generator.adapter_version if weights_version is None else int(weights_version)
     eos = encoder.tokenizer.eos_token_id
@@ -483,23 +505,23 @@ def is_settled(move_probs: np.ndarray, is_best: list[bool], threshold: float) ->
 def draws_no_torch_randomness(config: RolloutConfig) -> bool:
     """Whether :func:`collect_branches` leaves torch's global random generator alone: branch scoring does (its
     continuation worlds come from numpy generators of their own); greedy continuations with sampled worlds seed it."""
-    settings = branch_settings(config)
+    settings: BranchSettings = config.collector
     return settings.continuation != "greedy" or settings.worlds == 0
 
 
-def plan(config: Any) -> str:
+def plan(rollout: RolloutConfig, mazes_per_step: int, maze_size: int) -> str:
     """What one step collects, for ``--dry-run``."""
-    r = config.rollout
-    cells = config.loop.mazes_per_step * ((config.maze.size - 1) ** 2 // 2 - 2)
+    settings: BranchSettings = rollout.collector
+    cells = mazes_per_step * ((maze_size - 1) ** 2 // 2 - 2)
     walks = {
         "greedy": "the policy's greedy walk"
-        + (f" and {r.branch_worlds} sampled policies' walks" if r.branch_worlds else ""),
-        "sampled": f"the policy's greedy walk and {r.branch_samples} sampled walks",
+        + (f" and {settings.worlds} sampled policies' walks" if settings.worlds else ""),
+        "sampled": f"the policy's greedy walk and {settings.samples} sampled walks",
         "expected": "the expected worth of the policy's sampled walks",
-    }.get(r.branch_continuation, r.branch_continuation)
+    }[settings.continuation]
     return (
-        f"{config.loop.mazes_per_step} mazes, every open cell of each a group of 4 one-move branches "
-        f"(~{cells} cells in {config.maze.size}x{config.maze.size} perfect mazes), each move valued by {walks} after it"
+        f"{mazes_per_step} mazes, every open cell of each a group of 4 one-move branches "
+        f"(~{cells} cells in {maze_size}x{maze_size} perfect mazes), each move valued by {walks} after it"
     )
 
 
@@ -509,7 +531,8 @@ register(
         description="the 4 one-move branches at every open cell of every maze, valued by the policy's walks after them",
         collect=collect_branches,
         scheme="branching",
-        settings=branch_settings,
+        settings=BranchSettings,
+        check=check_settings,
         sampled=False,
         draws_no_torch_randomness=draws_no_torch_randomness,
         plan=plan,

