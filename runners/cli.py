@@ -89,7 +89,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     args, extra = parser.parse_known_args(argv)
     if extra:
         if getattr(args, "command", None) == "serve" and all("=" in e and not e.startswith("-") for e in extra):
-            # `serve RUN_DIR --port 0 loop.engine=vllm`: argparse gives the positionals only the words before the
+            # `serve RUN_DIR --port 0 engine.name=vllm`: argparse gives the positionals only the words before the
             # first option, so KEY=VALUE words after an option come back unparsed; they are overrides all the same
             args.overrides = [*args.overrides, *extra]
         else:
