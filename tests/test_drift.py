@@ -93,3 +93,48 @@ def test_a_preset_listing_states_its_own_step_count():
     stated = {name: re.findall(r"(\d+) (?:RL )?steps of", describe_preset(name)) for name in TRAINING_PRESETS}
     wrong = {n: s for n, s in stated.items() if any(int(v) != get_preset(n).loop.steps for v in s)}
     assert any(stated.values()) and wrong == {}
+
+
+SECTIONS = ("maze", "model", "lora", "sft", "rollout", "algo", "loop", "eval", "logging", "runner", "engine")
+KEY_WRITTEN = re.compile(rf"(?<![\w.$-])((?:{'|'.join(SECTIONS)})\.[a-z_][a-z0-9_.]*)=")
+"""A setting written as an override in prose or a script (``rollout.collector.moves_only=true``)."""
+
+
+def every_settable_key() -> set[str]:
+    """Every key some run can set: the generic schema's, every registered part's, every algorithm's ``algo.<field>``."""
+    import dataclasses
+
+    import algos
+    from runners.config import TrainConfig, fields
+    from runners.config.parts import SLOTS
+
+    keys = {key for key, _, _ in fields.settings(TrainConfig())}
+    for slot in SLOTS:
+        for name in slot.names():
+            keys |= {f"{slot.section}.{key}" for key, _, _ in fields.settings(slot.settings(name))}
+    for name in algos.available():
+        keys |= {f"algo.{f.name}" for f in dataclasses.fields(algos.config_class(name))}
+    return keys
+
+
+def test_every_key_the_docs_and_scripts_set_exists():
+    """A renamed or removed key leaves no command in the docs, examples or scripts that the CLI would refuse."""
+    keys = every_settable_key()
+    unknown = {}
+    for path in PROSE:
+        name = path.relative_to(ROOT).as_posix()
+        if path.suffix not in (".py", ".md", ".yaml", ".sh", ".jinja") or name in HISTORY or not path.is_file():
+            continue
+        text = path.read_text(errors="ignore")
+        # a page that declares a plugin's settings (a field `fraction: float = 0.25`) may set them
+        declared = {k for k in KEY_WRITTEN.findall(text) if re.search(rf"^ +{k.rsplit('.', 1)[1]}: \w", text, re.M)}
+        written = set(KEY_WRITTEN.findall(text)) - declared
+        if written - keys:
+            unknown[name] = sorted(written - keys)
+    assert unknown == {}
+
+
+def test_the_key_scan_finds_overrides_and_nothing_else():
+    text = "`mazegym train loop.seed=1 'maze.heldout_sets=[]' rollout.collector.moves_only=true` x.loop.y=2 a==b"
+    assert KEY_WRITTEN.findall(text) == ["loop.seed", "maze.heldout_sets", "rollout.collector.moves_only"]
+    assert "model.vision_locator" in every_settable_key() and "algo.vf_lr" in every_settable_key()
