@@ -126,16 +126,16 @@ def short_table(runs: list[dict], run_dirs: list[str]) -> str:
     return "\n".join(lines)
 
 
-def publish(text: str, readme: Path) -> None:
-    """Replace the text between the main-job markers of ``readme`` with ``text``."""
+def publish(text: str, readme: Path, start: str = START, end: str = END) -> None:
+    """Replace the text between the markers ``start`` and ``end`` (the main job's) of ``readme`` with ``text``."""
     from runners.atomic import write_text
 
     page = readme.read_text()
-    if START not in page or END not in page:
-        raise SystemExit(f"{readme} has no {START} ... {END} markers")
-    head, rest = page.split(START, 1)
-    _, tail = rest.split(END, 1)
-    write_text(readme, f"{head}{START}\n{text}\n{END}{tail}")
+    if start not in page or end not in page:
+        raise SystemExit(f"{readme} has no {start} ... {end} markers")
+    head, rest = page.split(start, 1)
+    _, tail = rest.split(end, 1)
+    write_text(readme, f"{head}{start}\n{text}\n{end}{tail}")
 
 
 SNAPSHOT = ROOT / "docs" / "assets" / "main_job.json"
