@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -328,3 +329,30 @@ def test_openai_messages_convert_both_ways():
     assert (
         from_openai_messages([{"role": "system", "content": "sys"}], max_images=1)[0] == ours[0]
     )  # a string is one text part
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_stops_the_server_with_one_line(run, tmp_path, presses):
+    """One Ctrl-C, or a second one while the server shuts down, ends `mazegym serve` with one line and exit 130."""
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(
+            [*_mazegym(), "serve", str(run), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+    try:
+        for line in proc.stdout:
+            if "Listening on" in line:
+                break
+        for _ in range(presses):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.05)  # two signals sent at once arrive as one
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert code == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "mazegym serve: interrupted (Ctrl-C)"

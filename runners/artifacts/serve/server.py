@@ -206,9 +206,13 @@ def build_app(policy: ServedPolicy, batcher: _Batcher | None = None, allowed_hos
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        yield
-        batcher.close()
-        preparer.shutdown(wait=False, cancel_futures=True)
+        try:
+            yield
+        except asyncio.CancelledError:
+            pass  # a second Ctrl-C: uvicorn exits without the shutdown message and cancels this; close all the same
+        finally:
+            batcher.close()
+            preparer.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="mazegym policy server", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     guard(app, list(allowed_hosts) if allowed_hosts is not None else loopback())
