@@ -19,11 +19,13 @@ V1 = Path(__file__).parent / "data" / "config_v1"
 
 
 def _every_settings_class():
-    """The generic schema and every registered part's settings class."""
+    """The generic schema and the settings class of every part mazegym registers (not those a test registered from
+    a docs page's code, which has no source file to read docstrings from)."""
     yield C.TrainConfig
     for slot in SLOTS:
         for name in slot.names():
-            yield slot.settings_class(name)
+            if slot.settings_class(name).__module__.startswith("runners."):
+                yield slot.settings_class(name)
 
 
 def test_every_field_of_every_section_and_part_has_help():
