@@ -110,7 +110,9 @@ def main() -> None:
     set_name = a.set or config.maze.eval_set
     mazes = load_eval_set(set_name)
     rollout = rollout_config(config)
-    anchors, prompts = cell_prompts(mazes, rollout, generator.encoder)
+    anchors, prompts = cell_prompts(
+        mazes, rollout, generator.encoder, prompt_kind=getattr(rollout.collector, "prompts", "first")
+    )
     greedy = SamplingConfig(max_new_tokens=rollout.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     worths = None
     if rollout.collector.continuation != "greedy":

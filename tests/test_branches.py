@@ -528,7 +528,7 @@ def test_play_prompts_ask_each_cell_with_a_counter_and_the_feedback_of_arriving_
     mazes = _mazes(3, size=7, seed=4)
     gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
     config = branching(history="none", obs_mode="text", max_moves=12, max_new_tokens=16, branch_prompts="play")
-    anchors, prompts = cell_prompts(mazes, config, gen.encoder, seed=5)
+    anchors, prompts = cell_prompts(mazes, config, gen.encoder, seed=5, prompt_kind=config.collector.prompts)
     texts = [gen.encoder.tokenizer.decode(p.prompt_ids) for p in prompts]
     counters = set()
     for (i, cell), text in zip(anchors, texts):
@@ -541,8 +541,8 @@ def test_play_prompts_ask_each_cell_with_a_counter_and_the_feedback_of_arriving_
             dr, dc = MOVES[["right", "up", "left", "down"].index(moved.group(1))]
             assert not mazes[i].grid[cell[0] - dr, cell[1] - dc]
     assert len(counters) >= 8 and min(counters) >= 1 and max(counters) <= 12
-    again = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, seed=5)[1]]
-    other = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, seed=6)[1]]
+    again = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, 5, config.collector.prompts)[1]]
+    other = [p.prompt_ids for p in cell_prompts(mazes, config, gen.encoder, 6, config.collector.prompts)[1]]
     assert again == [p.prompt_ids for p in prompts] and other != again
     first = branching(history="none", obs_mode="text", max_moves=12, max_new_tokens=16)
     assert all(

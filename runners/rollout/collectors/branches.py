@@ -231,14 +231,15 @@ def play_like_info(maze: MazeSpec, cell: tuple[int, int], info: dict, max_moves:
 
 
 def cell_prompts(
-    mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: ChatEncoder, seed: int = 0
+    mazes: Sequence[MazeSpec], config: RolloutConfig, encoder: ChatEncoder, seed: int = 0, prompt_kind: str = "first"
 ) -> tuple[list[tuple[int, tuple[int, int]]], list[Prompt]]:
     """The prompt with the agent on every open non-goal cell of each maze.
 
     Returns ``(anchors, prompts)``; ``anchors[j] = (maze index, (row, col))`` names the cell of
     ``prompts[j]``. With ``config.state_prompt`` each prompt is the one
     the policy sees on that cell at any move of a play; without it, the one of a play's first move, or with
-    ``config.collector.prompts="play"`` one a play shows there later (:func:`play_like_info`).
+    ``prompt_kind="play"`` (the branches collector's ``prompts`` setting) one a play shows there later
+    (:func:`play_like_info`).
     """
     anchors: list[tuple[int, tuple[int, int]]] = []
     prompts: list[Prompt] = []
@@ -250,7 +251,7 @@ def cell_prompts(
             if cell == maze.goal:
                 continue
             obs, info = env.reset(seed=seed, options={"maze": MazeSpec(maze.grid, cell, maze.goal)})
-            if config.collector.prompts == "play":
+            if prompt_kind == "play":
                 rng = np.random.default_rng([seed % 2**63, int(maze.maze_id, 16), int(r), int(c)])
                 info = play_like_info(maze, cell, info, config.max_moves, rng)
             ids, images = encoder.encode(
@@ -326,7 +327,7 @@ def collect_branches(
     eos = encoder.tokenizer.eos_token_id
     replies = [encoder.tokenize_text(format_action(k)) + ([] if eos is None else [int(eos)]) for k in range(4)]
     t0 = time.perf_counter()
-    anchors, prompts = cell_prompts(mazes, config, encoder, seed)
+    anchors, prompts = cell_prompts(mazes, config, encoder, seed, settings.prompts)
     greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     continuations = [greedy_config] + [config.sampling(seed * 7919 + w + 1) for w in range(settings.worlds)]
     worths: list[dict[tuple[int, int], np.ndarray]] = []  # [maze] -> cell -> worth of each move
