@@ -95,7 +95,17 @@ def test_a_preset_listing_states_its_own_step_count():
     assert any(stated.values()) and wrong == {}
 
 
-SECTIONS = ("maze", "model", "lora", "sft", "rollout", "algo", "loop", "eval", "logging", "runner", "engine")
+def _sections() -> list[str]:
+    """The config's top-level sections (``maze``, ``model``, ...), read from the schema."""
+    import dataclasses
+
+    from runners.config import TrainConfig
+
+    config = TrainConfig()
+    return [f.name for f in dataclasses.fields(config) if dataclasses.is_dataclass(getattr(config, f.name))]
+
+
+SECTIONS = _sections()
 KEY_WRITTEN = re.compile(rf"(?<![\w.$-])((?:{'|'.join(SECTIONS)})\.[a-z_][a-z0-9_.]*)=")
 """A setting written as an override in prose or a script (``rollout.collector.moves_only=true``)."""
 
