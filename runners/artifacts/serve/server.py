@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import json
 import queue
+import signal
 import socket
 import threading
 import time
@@ -379,18 +380,28 @@ def serve(
     on_ready: Callable[[], None] | None = None,
     allowed_hosts: Sequence[str] | None = None,
 ) -> None:
-    """Serve ``policy`` on the bound socket ``sock`` until SIGINT/SIGTERM, within uvicorn's connection limits and
-    timeouts (:func:`mazegym.integrations.guards.uvicorn_limits`); ``on_ready`` runs once requests are answered."""
+    """Serve ``policy`` on the bound socket ``sock`` until SIGTERM, or SIGINT (then it raises ``KeyboardInterrupt``),
+    within uvicorn's connection limits and timeouts (:func:`mazegym.integrations.guards.uvicorn_limits`); ``on_ready``
+    runs once requests are answered."""
     import uvicorn
 
     from mazegym.integrations.guards import uvicorn_limits
 
     class _Server(uvicorn.Server):
+        interrupted = False  # set by Ctrl-C (SIGINT)
+
         async def startup(self, sockets=None):
             await super().startup(sockets=sockets)
             if self.started and on_ready is not None:
                 on_ready()
 
+        def handle_exit(self, sig, frame):
+            self.interrupted = self.interrupted or sig == signal.SIGINT
+            super().handle_exit(sig, frame)
+
     app = build_app(policy, allowed_hosts=allowed_hosts)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", **uvicorn_limits())
-    _Server(config).run(sockets=[sock])
+    server = _Server(config)
+    server.run(sockets=[sock])
+    if server.interrupted:  # uvicorn re-raises the signal it took, but asyncio's runner may swallow it
+        raise KeyboardInterrupt
