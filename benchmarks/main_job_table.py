@@ -9,6 +9,9 @@ command, the source commit and the machine's calibration). A held-out set a run 
 ``--publish`` replaces the text between ``<!-- main-job:start -->`` and ``<!-- main-job:end -->``: in README.md with
 the short table (one row per seed, the lift and what it kept), in docs/rl-earns-its-lift.md with the full one; and
 it writes what both were made from to ``docs/assets/main_job.json``, so a test can check the pages against it.
+``--section NAME`` publishes a variant's runs instead (e.g. ``sizes``, the runs of ``cpu-maze-loops-sizes``): the full
+table alone, between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` of the docs page, from
+``docs/assets/NAME.json`` (dashes as underscores); the README keeps the main job's.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-START, END = "<!-- main-job:start -->", "<!-- main-job:end -->"
+
+def markers(section: str) -> tuple[str, str]:
+    """The start and end markers of a published section."""
+    return f"<!-- {section}:start -->", f"<!-- {section}:end -->"
+
+
+START, END = markers("main-job")
 LOOPS = ("fresh-loops-9x9", "loops-13x13", "loops-21x21")
 PERFECT = ("heldout-5x5", "heldout-7x7", "VisMaze-Hard-v0", "heldout-13x13", "heldout-17x17", "heldout-21x21")
 
@@ -70,8 +79,8 @@ def row(run: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def table(runs: list[dict], run_dirs: list[str]) -> str:
-    """The markdown table of ``runs`` (read from ``run_dirs``) and its caption."""
+def table(runs: list[dict], run_dirs: list[str], section: str = "main-job") -> str:
+    """The markdown table of ``runs`` (read from ``run_dirs``, published as ``section``) and its caption."""
     eval_set = runs[0]["results"]["eval_set"]
     head = (
         f"| seed | `{eval_set}`: SFT start -> after RL | during RL (steps 5, 10, ...) | `VisMaze-v0` after RL "
@@ -83,6 +92,7 @@ def table(runs: list[dict], run_dirs: list[str]) -> str:
     lines.append(
         "Written by `python benchmarks/main_job_table.py "
         + " ".join(run_dirs)
+        + ("" if section == "main-job" else f" --section {section}")
         + " --publish` from the runs' `eval_results.json`. Greedy; 13x13 and larger sets as the preset plays them "
         "(`eval.set_mazes`: the first 32 mazes of the 17x17 and 21x21 sets), the encoder run "
         "`ceil(20 x (size / 9)^2)` iterations. The calibration is `run_info.json`'s one-second measure of the machine "
@@ -142,6 +152,11 @@ SNAPSHOT = ROOT / "docs" / "assets" / "main_job.json"
 """What the published tables were made from."""
 
 
+def snapshot_path(section: str) -> Path:
+    """Where a section's snapshot is kept."""
+    return ROOT / "docs" / "assets" / f"{section.replace('-', '_')}.json"
+
+
 def summarised(results: dict) -> dict:
     """What the tables read of an ``eval_results.json``: counts, not per-maze records."""
     counts = lambda s: None if not s else {k: s[k] for k in ("solved", "episodes", "solve_rate")}  # noqa: E731
@@ -154,7 +169,8 @@ def summarised(results: dict) -> dict:
 
 def render(snapshot: dict) -> tuple[str, str]:
     """(the README's table, the full table) of a snapshot ``{"runs", "run_dirs"}``."""
-    return short_table(snapshot["runs"], snapshot["run_dirs"]), table(snapshot["runs"], snapshot["run_dirs"])
+    section = snapshot.get("section", "main-job")
+    return short_table(snapshot["runs"], snapshot["run_dirs"]), table(snapshot["runs"], snapshot["run_dirs"], section)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publish", action="store_true", help="write the tables into the docs")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
     parser.add_argument("--full", type=Path, default=ROOT / "docs" / "rl-earns-its-lift.md")
-    parser.add_argument("--snapshot", type=Path, default=SNAPSHOT)
+    parser.add_argument("--snapshot", type=Path, default=None, help="default: docs/assets/SECTION.json")
+    parser.add_argument(
+        "--section",
+        default="main-job",
+        help="the markers' name: main-job (README and docs) or a variant's section of the docs page alone",
+    )
     args = parser.parse_args(argv)
     runs = [load_run(run) for run in args.runs]
     snapshot = {
@@ -177,15 +198,17 @@ def main(argv: list[str] | None = None) -> int:
             for run in runs
         ],
         "run_dirs": [str(run) for run in args.runs],
+        **({} if args.section == "main-job" else {"section": args.section}),
     }
     short, full = render(snapshot)
     print(short + "\n\n" + full)
     if args.publish:
         from runners.atomic import write_json
 
-        publish(short, args.readme)
-        publish(full, args.full)
-        write_json(args.snapshot, snapshot)
+        if args.section == "main-job":
+            publish(short, args.readme)
+        publish(full, args.full, *markers(args.section))
+        write_json(args.snapshot or snapshot_path(args.section), snapshot)
     return 0
 
 

@@ -153,15 +153,26 @@ def is_eval_maze(maze_id: str) -> bool:
     return maze_id in eval_maze_ids()
 
 
-SHAPE_KEYS = ("generator", "extra_openings", "start_goal")
+SHAPE_KEYS = ("size", "generator", "extra_openings", "start_goal")
 """What one of :class:`MazeStream`'s ``shapes`` may set (the others keep the stream's own values)."""
+
+
+def move_limit(size: int) -> int:
+    """The move limit of the registered env of ``size`` x ``size`` mazes (20 at 9x9, 50 at 13x13, 150 at 21x21): what
+    an episode on a maze of that size gets when a training stream mixes sizes."""
+    limits = {info.size: info.max_moves for info in EVAL_SETS.values() if not info.loops_kept}
+    if size not in limits:
+        raise ValueError(f"no registered env has {size}x{size} mazes; the sizes with a move limit are {sorted(limits)}")
+    return limits[size]
 
 
 class MazeStream:
     """Endless, resumable iterator of training mazes, disjoint from the evaluation sets.
 
     ``shapes`` (a list of dicts over :data:`SHAPE_KEYS`) mixes kinds of mazes: each maze draws one shape, uniformly,
-    from its own seed, e.g. ``[{}, {"extra_openings": 0.3}, {"start_goal": "random"}]``.
+    from its own seed, e.g. ``[{}, {"extra_openings": 0.3}, {"start_goal": "random"}, {"size": 13}]``.
+    ``max_optimal_moves`` bounds the shortest path of mazes of the stream's own ``size``; a shape of another size is
+    bounded by that size's :func:`move_limit`.
 
     Maze ``i`` depends only on ``(seed, i)``, so the state is just the index: save
     :meth:`state_dict` with a checkpoint and :meth:`load_state_dict` to continue exactly.
@@ -194,7 +205,10 @@ class MazeStream:
             unknown = set(shape) - set(SHAPE_KEYS)
             if unknown:
                 raise ValueError(f"unknown maze shape key(s) {sorted(unknown)}; a shape sets {list(SHAPE_KEYS)}")
-            sample_maze(np.random.default_rng(0), size, **self._shape(shape))
+            shape_size = int(shape.get("size", size))
+            if shape_size != size:
+                move_limit(shape_size)
+            sample_maze(np.random.default_rng(0), shape_size, **self._shape(shape))
 
     def _shape(self, shape: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -205,7 +219,11 @@ class MazeStream:
 
     def _sample(self, rng: np.random.Generator) -> MazeSpec:
         shape = self.shapes[int(rng.integers(len(self.shapes)))] if self.shapes else {}
-        return sample_maze(rng, self.size, **self._shape(shape))
+        return sample_maze(rng, int(shape.get("size", self.size)), **self._shape(shape))
+
+    def _moves_bound(self, size: int) -> int | None:
+        """The longest shortest path a maze of ``size`` may have to be yielded (None: any)."""
+        return self.max_optimal_moves if size == self.size else move_limit(size)
 
     def __iter__(self) -> Iterator[MazeSpec]:
         return self
@@ -220,10 +238,8 @@ class MazeStream:
             if self.exclude_eval and is_eval_maze(spec.maze_id):
                 self.skipped += 1
                 continue
-            if (
-                self.max_optimal_moves is not None
-                and optimal_moves(spec.grid, spec.start, spec.goal) > self.max_optimal_moves
-            ):
+            bound = self._moves_bound(spec.size)
+            if bound is not None and optimal_moves(spec.grid, spec.start, spec.goal) > bound:
                 self.skipped += 1
                 continue
             return spec

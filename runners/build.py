@@ -25,7 +25,7 @@ from mazegym.evalsets import MazeStream
 from runners import atomic, models
 from runners.models import task_tokens
 from runners.train.calibration import calibrate
-from runners.train.run_info import record_invocation
+from runners.train.run_info import record_invocation, release_freed_memory
 from runners.train.run_lock import run_dir_lock
 from runners.config import TrainConfig, to_dict, validate
 from runners.config.overrides import defaults_like
@@ -186,7 +186,18 @@ def build_policy(config: TrainConfig, model_dir: Path, adapter: Path | None = No
             spec.truncate_vision_backward(policy.model, grad_iterations)
         if update_iterations:
             spec.vary_vision_iterations(policy.model, *update_iterations)
+    if getattr(config.model, "vision_iterations_by_area", False) and _encoder_runs_one_depth(policy.model):
+        raise ValueError(
+            f"model.vision_iterations_by_area=true, but the model at {model_dir} was built without it (its encoder "
+            "runs one iteration count on every maze size): start from a model built with the setting, or leave it off"
+        )
     return policy
+
+
+def _encoder_runs_one_depth(model: Any) -> bool:
+    """Whether ``model`` has a recurrent vision encoder that runs one iteration count on images of every size."""
+    spec = models.spec_of(model)
+    return spec is not None and spec.vision_iterations is not None and spec.vision_iterations(model) is not None
 
 
 def build_training(
@@ -285,6 +296,7 @@ def rl_start(
     found = None if config.sft.enabled == "always" else sft_result.find_sft_checkpoint(config)
     if found is None:
         found = run_sft(config, log=log, metrics=metrics)
+        release_freed_memory()  # the supervised stages' batches, before RL allocates its own
     else:
         log(f"[sft] using existing SFT checkpoint {found}")
     return start_from(found, base)

@@ -13,6 +13,7 @@ from mazegym.solver import MOVES, bfs_distances, next_cell
 from runners.rollout.collect import RolloutConfig, collect_groups, rollout_metrics
 from runners.config.fields import problem, settings
 from runners.rollout.collectors.branches import (
+    GROUP_CELLS,
     BranchSettings,
     check_settings,
     collect_branches,
@@ -86,7 +87,7 @@ def test_branch_rewards_with_an_oracle_continuation_are_discounted_bfs_distances
         for e in (e for e in episodes if e.maze_id == maze.maze_id):
             (turn,) = e.turns
             cell = tuple(int(x) for x in turn.state.split(","))
-            assert e.group_id == (5 + i) * 49 + cell[0] * 7 + cell[1]
+            assert e.group_id == (5 + i) * GROUP_CELLS + cell[0] * 7 + cell[1]
             r, c = cell[0] + MOVES[turn.action][0], cell[1] + MOVES[turn.action][1]
             after = cell if maze.grid[r, c] else (r, c)
             # The move, then the oracle's dist(after) moves: gamma ** (moves - 1) = gamma ** dist(after).

@@ -183,6 +183,11 @@ def test_validation_errors_say_what_to_fix(override, message):
         ("model.vision_update_iterations=[40,10]", r"model.vision_update_iterations=\[40, 10\] must be \[\] or"),
         ("model.vision_locator=nearest", "model.vision_locator='nearest' is not allowed; choose one of learned"),
         ("rollout.obs_mode=text", "model.kind=maze-vlm reads the maze image only; set rollout.obs_mode=image"),
+        (
+            "model.vision_iterations_by_area=true model.eval_vision_iterations=40",
+            "model.eval_vision_iterations is ignored when model.vision_iterations_by_area=true",
+        ),
+        ('maze.rl_shapes=[{"size":12}]', "maze.rl_shapes=.*no registered env has 12x12 mazes"),
         ("rollout.collector.continuation=greedy rollout.collector.settled=0.5", "settled needs the scored move"),
         ("rollout.collector.gamma=0", "rollout.collector.gamma=0.0 is out of range: it must be > 0"),
     ],

@@ -149,6 +149,23 @@ def test_stream_mixes_maze_shapes_deterministically_and_resumes():
         MazeStream(shapes=[{"extra_openings": 2.0}])
 
 
+def test_a_stream_mixes_maze_sizes_and_bounds_each_by_its_own_move_limit():
+    """A shape's ``size`` draws mazes of that size, bounded by that size's registered move limit (50 moves at 13x13),
+    while the stream's own size keeps ``max_optimal_moves``; a size with no registered env is refused."""
+    from mazegym.evalsets import move_limit
+    from mazegym.solver import optimal_moves
+
+    assert (move_limit(9), move_limit(13), move_limit(21)) == (20, 50, 150)
+    stream = MazeStream(size=9, seed=5, max_optimal_moves=12, shapes=[{}, {"size": 13, "extra_openings": 0.2}])
+    mazes = [next(stream) for _ in range(60)]
+    by_size = {size: [m for m in mazes if m.size == size] for size in (9, 13)}
+    assert set(m.size for m in mazes) == {9, 13} and min(len(v) for v in by_size.values()) >= 15
+    assert max(optimal_moves(m.grid, m.start, m.goal) for m in by_size[9]) <= 12
+    assert max(optimal_moves(m.grid, m.start, m.goal) for m in by_size[13]) > 12  # not the 9x9 bound
+    with pytest.raises(ValueError, match="no registered env has 12x12"):
+        MazeStream(size=9, shapes=[{"size": 12}])
+
+
 def test_stream_filter_on_optimal_moves():
     lengths = [
         optimal_moves(m.grid, m.start, m.goal)

@@ -67,6 +67,24 @@ def test_the_table_reads_each_run_and_publishes_between_the_markers(tmp_path):
         main_job_table.publish("x", tmp_path / "s0" / "config.json")
 
 
+def test_a_variants_section_goes_to_the_docs_page_alone(tmp_path):
+    """``--section sizes`` writes the full table between the sizes markers of the docs page and leaves the README's
+    main-job table and any other section as they were."""
+    runs = [fake_run(tmp_path / "s0", 0, 10, 64, {"loops-13x13": (58,)})]
+    readme, full, snapshot = tmp_path / "README.md", tmp_path / "full.md", tmp_path / "sizes.json"
+    start, end = main_job_table.markers("sizes")
+    readme.write_text(f"{main_job_table.START}\nmain job\n{main_job_table.END}\n")
+    full.write_text(f"{main_job_table.START}\nmain job\n{main_job_table.END}\n{start}\nold\n{end}\n")
+    argv = ["--publish", "--section", "sizes", "--readme", str(readme), "--full", str(full)]
+    argv += ["--snapshot", str(snapshot)]
+    assert main_job_table.main([str(r) for r in runs] + argv) == 0
+    assert readme.read_text() == f"{main_job_table.START}\nmain job\n{main_job_table.END}\n"
+    page = full.read_text()
+    assert "main job" in page and "old" not in page and "10/64 -> **64/64**" in page.split(start)[1]
+    assert json.loads(snapshot.read_text())["run_dirs"] == [str(tmp_path / "s0")]
+    assert main_job_table.snapshot_path("sizes").name == "sizes.json"
+
+
 @pytest.mark.slow
 def test_sft_curve_trains_each_budget_and_writes_the_curve(tmp_path):
     """Two encoder budgets, two decoder budgets plus the preset's, every model played on the perfect-maze set."""
@@ -102,3 +120,11 @@ def test_the_published_main_job_tables_are_what_their_snapshot_renders():
     short, full = main_job_table.render(snapshot)
     assert _block(ROOT / "README.md", main_job_table.START, main_job_table.END) == short
     assert _block(ROOT / "docs" / "rl-earns-its-lift.md", main_job_table.START, main_job_table.END) == full
+
+
+def test_the_published_sizes_table_is_what_its_snapshot_renders():
+    """The mixed-size stream's runs on the docs page are what docs/assets/sizes.json renders."""
+    snapshot = json.loads(main_job_table.snapshot_path("sizes").read_text())
+    assert snapshot["section"] == "sizes"
+    _, full = main_job_table.render(snapshot)
+    assert _block(ROOT / "docs" / "rl-earns-its-lift.md", *main_job_table.markers("sizes")) == full

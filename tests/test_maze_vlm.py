@@ -112,6 +112,23 @@ def test_vision_iterations_can_be_raised_at_inference(model_dir):
         set_vision_iterations(model, 0)
 
 
+def test_an_encoder_with_an_area_runs_larger_grids_for_proportionally_more_iterations():
+    """With ``area_cells=81`` a 9x9 grid runs the encoder's 20 iterations and a 13x13 grid ceil(20 x 169 / 81) = 42,
+    in passes with gradients too, where a drawn depth of 10-40 scales the same way."""
+    torch.manual_seed(0)
+    scaled = RecurrentConvEncoder(patch_px=2, width=4, iterations=20, state="gated", area_cells=81)
+    plain = RecurrentConvEncoder(patch_px=2, width=4, iterations=20, state="gated")
+    plain.load_state_dict(scaled.state_dict())
+    small, large = torch.randn(2, 9, 9, 12), torch.randn(2, 13, 13, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(scaled.cell_features(small), plain.cell_features(small, iterations=20))
+        torch.testing.assert_close(scaled.cell_features(large), plain.cell_features(large, iterations=42))
+        assert not torch.allclose(scaled.cell_features(large)[0], plain.cell_features(large)[0])
+    assert (scaled.area_scaled(30, 169), scaled.area_scaled(30, 49), plain.area_scaled(30, 169)) == (63, 30, 30)
+    with pytest.raises(ValueError, match="area_cells"):
+        RecurrentConvEncoder(patch_px=2, width=4, iterations=20, area_cells=-1)
+
+
 def test_truncated_encoder_gradient_keeps_the_forward_and_trains_the_shared_block(model_dir):
     """Backprop through the last k iterations: the same outputs, a gradient on the shared block, a different gradient
     from full backprop, and the full gradient again when k covers every iteration."""
@@ -531,3 +548,34 @@ def test_the_colour_locator_finds_the_agent_on_every_cell_and_size_without_train
             assert float(weights.max()) > 0.999
     with pytest.raises(ValueError, match="locator"):
         RecurrentConvEncoder(5, 8, 2, locator="oracle")
+
+
+def test_a_model_built_to_scale_by_area_keeps_it_when_loaded_and_evaluation_leaves_it_its_own_depth(tmp_path):
+    """``model.vision_iterations_by_area`` is written into the model's config (area = maze.size^2) and read back
+    by path; evaluation then sets no depth of its own (the model scales each image), where a plain model is scaled by
+    the run's rule (42 iterations on 13x13 for 20 at 9x9)."""
+    from transformers import AutoModelForImageTextToText
+
+    from runners.config import apply_overrides
+    from runners.config.derived import eval_vision_iterations
+    from runners.config.presets import get_preset
+    from runners.models import BuildContext
+    from runners.models import maze_vlm as spec
+
+    config = apply_overrides(get_preset("cpu-maze-vlm"), ["model.vision_iterations_by_area=true"])
+    spec.build(config.model, tmp_path / "area", BuildContext(seed=0, maze_size=9, env_kwargs={"cell_px": 25}))
+    spec.build(
+        get_preset("cpu-maze-vlm").model,
+        tmp_path / "plain",
+        BuildContext(seed=0, maze_size=9, env_kwargs={"cell_px": 25}),
+    )
+    area = AutoModelForImageTextToText.from_pretrained(tmp_path / "area")
+    plain = AutoModelForImageTextToText.from_pretrained(tmp_path / "plain")
+    assert (area.vision_tower.area_cells, plain.vision_tower.area_cells) == (81, 0)
+    assert eval_vision_iterations(config, spec.vision_iterations(area), 13) is None
+    assert eval_vision_iterations(config, spec.vision_iterations(plain), 13) == 42
+    from runners.build import build_policy
+
+    assert build_policy(config, tmp_path / "area").model is not None
+    with pytest.raises(ValueError, match="model.vision_iterations_by_area=true, but the model at .* was built without"):
+        build_policy(config, tmp_path / "plain")

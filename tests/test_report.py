@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -387,8 +388,8 @@ def test_the_loop_writes_records_per_eval_and_one_tensorboard_tag_per_quantity(t
     from runners.config.presets import get_preset
 
     class Stream:
-        def __next__(self):
-            return None
+        def __next__(self):  # a maze as the loop reads it: its size alone
+            return SimpleNamespace(size=9)
 
         def state_dict(self):
             return {}

@@ -65,3 +65,41 @@ def test_a_branching_step_on_three_threads_equals_one_thread():
         episodes = play_step_mazes(gen, mazes, config, step=4, rollout=rollout)
         runs[threads] = [(e.group_id, e.maze_id, e.turns[0].prompt_ids, e.turns[0].reward) for e in episodes]
     assert runs[1] == runs[3] and len(runs[1]) > 0
+
+
+def test_a_step_of_mixed_sizes_plays_each_size_with_its_own_move_limit_and_unique_groups(monkeypatch):
+    """The step's mazes are drawn smaller first; each size is played with its registered move limit (50 moves at
+    13x13) beside the run's own rollout.max_moves for maze.size, as three threads or one, and no two mazes share a
+    group id."""
+    from mazegym.evalsets import MazeStream
+    from runners.train import steps
+
+    config = apply_overrides(
+        get_preset("cpu-maze-vlm"),
+        ["maze.size=7", "loop.mazes_per_step=6", "maze.rl_shapes=[{}, {size: 13}]", "engine.rollout_threads=3"],
+    )
+    mazes = steps.draw_step_mazes(MazeStream(7, seed=1, shapes=config.maze.rl_shapes), config)
+    assert [m.size for m in mazes] == sorted(m.size for m in mazes) and {m.size for m in mazes} == {7, 13}
+    rollout = RolloutConfig(
+        state_prompt=True,
+        history="none",
+        max_moves=12,
+        collector=collectors.settings_for("branches", continuation="sampled", samples=4, reward="value"),
+    )
+    limits = []
+    real = steps.collect_groups
+
+    def recording(generator, part, sized, **kwargs):
+        limits.append((part[0].size, sized.max_moves))
+        return real(generator, part, sized, **kwargs)
+
+    monkeypatch.setattr(steps, "collect_groups", recording)
+    gen = HashedDistribution(lambda i, call, p: ("no move", "stop"))
+    episodes = play_step_mazes(gen, mazes, config, step=2, rollout=rollout)
+    assert set(limits) == {(7, 12), (13, 50)}
+    one = play_step_mazes(gen, mazes, apply_overrides(config, ["engine.rollout_threads=1"]), step=2, rollout=rollout)
+    assert [(e.group_id, e.turns[0].reward) for e in one] == [(e.group_id, e.turns[0].reward) for e in episodes]
+    owner = {}
+    for e in episodes:
+        assert owner.setdefault(e.group_id, e.maze_id) == e.maze_id
+    assert len({e.maze_id for e in episodes}) == len(mazes)

@@ -28,6 +28,7 @@ path (config.json, model.safetensors, preprocessor_config.json), with no remote 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,7 @@ DEFAULT_VISION_CONFIG = {
     "init": "lm",
     "locator": "learned",
     "agent_rgb": [0, 0, 255],
+    "area_cells": 0,
 }
 """Vision encoder shape: downsampled pixels per cell side, channels, recurrent iterations, the
 classes of its pretraining head (the env's moves), its decision readout ("conv": a 3x3 conv
@@ -67,7 +69,9 @@ model built from code initialises the encoder's layers ("lm": as the decoder's, 
 ``initializer_range``; "pytorch": PyTorch's default layer init), and how the encoder finds the agent's cell
 ("learned": a saliency read from each cell's pixels, which SFT's localisation loss teaches; "colour": a fixed match of
 each cell's pixels against ``agent_rgb``, the colour the env draws the agent in, an architectural prior that needs no
-label)."""
+label), and ``area_cells``: when above 0, an image of more cells than that runs its iterations (the model's own, a
+drawn update depth, or a count set for evaluation) times its cells / ``area_cells``, rounded up, so that the routing
+crosses a larger maze in rollouts, updates and evaluation alike (0: every image runs the same count)."""
 
 COLOUR_MATCH_SCALE = 40.0
 """Logit per unit of RGB distance (pixels in [-0.5, 0.5]) of the "colour" locator: a floor or wall pixel's distance
@@ -121,8 +125,12 @@ class RecurrentConvEncoder(nn.Module):
         path_head: bool = False,
         locator: str = "learned",
         agent_rgb: tuple[int, int, int] = (0, 0, 255),
+        area_cells: int = 0,
     ):
         super().__init__()
+        if area_cells < 0:
+            raise ValueError(f"area_cells must be >= 0, got {area_cells}")
+        self.area_cells = int(area_cells)
         if locator not in VISION_LOCATORS:
             raise ValueError(f"locator must be one of {VISION_LOCATORS}, got {locator!r}")
         self.locator = locator
@@ -200,6 +208,7 @@ class RecurrentConvEncoder(nn.Module):
         total = iterations or self.iterations
         if self.grad_iteration_range is not None and iterations is None and torch.is_grad_enabled():
             total = self.drawn_iterations(grid)
+        total = self.area_scaled(total, rows * cols)
         free = total - self.grad_iterations if 0 < self.grad_iterations < total and torch.is_grad_enabled() else 0
         if free:
             with torch.no_grad():
@@ -217,6 +226,12 @@ class RecurrentConvEncoder(nn.Module):
             features.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
             decision.permute(0, 2, 3, 1).reshape(batch, rows * cols, -1),
         )
+
+    def area_scaled(self, iterations: int, cells: int) -> int:
+        """The iterations an image of ``cells`` cells runs for a count of ``iterations`` (see ``area_cells``)."""
+        if self.area_cells and cells > self.area_cells:
+            return math.ceil(iterations * cells / self.area_cells)
+        return iterations
 
     def drawn_iterations(self, grid: torch.Tensor) -> int:
         """An iteration count from ``grad_iteration_range``, drawn from a hash of the batch's pixels: the same batch
@@ -290,6 +305,7 @@ class MazeVLMForConditionalGeneration(Qwen2ForCausalLM):
             vision.get("path_head", False),
             vision.get("locator", "learned"),
             tuple(vision.get("agent_rgb", (0, 0, 255))),
+            int(vision.get("area_cells", 0)),
         )
         self.multi_modal_projector = nn.Sequential(
             nn.Linear(4 * vision["width"], config.hidden_size),

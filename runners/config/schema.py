@@ -111,8 +111,9 @@ class MazeConfig:
     stream_seed: int = field(default=0, metadata={"range": SEED})
     """Seed of the RL training maze stream (SFT uses stream_seed + 1); evaluation mazes are always skipped."""
     rl_shapes: list[dict[str, Any]] = field(default_factory=list, metadata={"any": True})
-    """Kinds of mazes the RL stream mixes, one drawn per maze (each sets any of generator, extra_openings,
-    start_goal; e.g. [{}, {extra_openings: 0.3}, {start_goal: random}]); empty: perfect mazes of `generator`.
+    """Kinds of mazes the RL stream mixes, one drawn per maze (each sets any of size, generator, extra_openings,
+    start_goal; e.g. [{}, {extra_openings: 0.3}, {start_goal: random}, {size: 13}]); empty: perfect mazes of
+    `generator`. A maze of another size than maze.size plays with that size's registered move limit (50 at 13x13).
     Supervision (SFT, vision pretraining) always reads perfect mazes from corner to corner; the maze stream checks
     them."""
 

@@ -100,6 +100,11 @@ class MazeVLMConfig(VisionModelConfig):
     """Run this many encoder iterations on every evaluated set (test-time compute: more iterations for larger mazes;
     `benchmarks/extrapolation.py --iterations` sweeps it); 0 = the model's own count, scaled as below.
     """
+    vision_iterations_by_area: bool = dataclasses.field(default=False, metadata={"any": True})
+    """The model runs its encoder ceil(iterations x cells / maze.size^2) times on an image of a larger maze than
+    maze.size, in rollouts, updates and evaluation alike (saved with the model): what a training stream that mixes
+    sizes (maze.rl_shapes' size) needs, so that each maze is trained at the depth it is evaluated at.
+    """
     scale_eval_vision_iterations: bool = dataclasses.field(default=True, metadata={"any": True, "stage": "eval"})
     """On sets of larger mazes than maze.size, run ceil(iterations x (set size / maze.size)^2) encoder iterations (no
     retraining: 30 on 11x11, 42 on 13x13, 109 on 21x21 for a model trained at 20 on 9x9).
@@ -124,15 +129,21 @@ def build(settings: MazeVLMConfig, out: Path, context: BuildContext) -> None:
             "agent_rgb": list(AGENT_RGB),
             "path_head": True,
             "init": "pytorch",
+            "area_cells": context.maze_size**2 if settings.vision_iterations_by_area else 0,
         },
         **decoder_shape(settings),
     )
 
 
 def validate(settings: MazeVLMConfig, rollout: Any) -> list[str]:
-    """MazeVLM reads the image only."""
+    """MazeVLM reads the image only; an encoder that scales its iterations by area sets its own evaluation depth."""
     if rollout.obs_mode != "image":
         return ["model.kind=maze-vlm reads the maze image only; set rollout.obs_mode=image"]
+    if settings.vision_iterations_by_area and settings.eval_vision_iterations:
+        return [
+            "model.eval_vision_iterations is ignored when model.vision_iterations_by_area=true (the model runs "
+            "each image's own count); set one of them"
+        ]
     return []
 
 
@@ -187,11 +198,12 @@ def vision_pretraining_loss(
 
 
 def vision_iterations(model: Any) -> int | None:
-    """The recurrent encoder's iterations (``None`` when the model holds no recurrent encoder)."""
+    """The recurrent encoder's iterations (``None`` when the model holds no recurrent encoder, or its encoder scales
+    them by each image's area itself: evaluation leaves it its own count)."""
     from algos.models.maze_vlm import recurrent_encoders
 
     encoders = recurrent_encoders(model)
-    return encoders[0].iterations if encoders else None
+    return encoders[0].iterations if encoders and not encoders[0].area_cells else None
 
 
 @contextlib.contextmanager

@@ -36,7 +36,8 @@ from runners.rollout.evaluate import (
     write_json,
 )
 from runners.train.metrics import PhaseTimer, Progress, read_jsonl, rl_timing
-from runners.train.run_info import peak_rss_gb
+from runners.train.run_info import peak_rss_gb, release_freed_memory
+from runners.train.steps import draw_step_mazes
 from runners.rollout.collect import rollout_metrics
 
 
@@ -381,7 +382,7 @@ def _generate(
             if ahead.concurrent:  # it ran beside the previous update: not part of any step's wall time
                 extra = {"time/generate_ahead": seconds}
         else:
-            episodes = executor.generate([next(stream) for _ in range(config.loop.mazes_per_step)], step)
+            episodes = executor.generate(draw_step_mazes(stream, config), step)
     versions = [e.weights_version for e in episodes if e.weights_version is not None]
     if versions:  # updates the rollouts' weights are behind the policy about to train on them
         extra["rollout/staleness"] = float(step - 1 - min(versions))
@@ -395,7 +396,7 @@ def _collect_ahead(
     checkpoints: a checkpoint holds no collection in flight)."""
     if not config.loop.overlap_generation or checkpoint_due(config, step):
         return None
-    mazes = [next(stream) for _ in range(config.loop.mazes_per_step)]
+    mazes = draw_step_mazes(stream, config)
     concurrent = bool(getattr(executor, "concurrent_generation", False))
     with contextlib.nullcontext() if concurrent else timer.phase("generate"):  # one after the other: timed
         return CollectAhead(executor, mazes, step + 1, concurrent)
@@ -409,9 +410,11 @@ def _learn(
         roll = rollout_metrics(episodes)
     with timer.phase("update"):
         upd = executor.update(episodes)
+        release_freed_memory()
     if ahead is not None:
         with timer.phase("wait_ahead"):  # the engine's weights must not change under the collection
             ahead.wait()
+        release_freed_memory()
     with timer.phase("sync"):
         syn = executor.sync(step, config.loop.parity_every > 0 and step % config.loop.parity_every == 0)
     record = {**{f"rollout/{k}": v for k, v in roll.items()}, **{f"train/{k}": v for k, v in upd.items()}, **syn}

@@ -17,13 +17,15 @@ step n as an uninterrupted run, bit for bit.
 from __future__ import annotations
 
 import contextlib
+from itertools import groupby
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from algos.data import Episode
-from mazegym.evalsets import MazeStream
+from mazegym.evalsets import MazeStream, move_limit
 from runners import models
 from runners.config import TrainConfig
 from runners.config.derived import eval_maze_count, eval_vision_iterations, rollout_config, step_seed
@@ -42,11 +44,17 @@ def set_threads(config: TrainConfig) -> None:
         torch.set_num_threads(threads)
 
 
+def draw_step_mazes(stream: MazeStream, config: TrainConfig) -> list[Any]:
+    """The next ``loop.mazes_per_step`` mazes of ``stream``, smaller mazes first (a stable sort: a stream of one size
+    keeps its order), so that each size is one run of the step's mazes, played with its own move limit."""
+    return sorted((next(stream) for _ in range(config.loop.mazes_per_step)), key=lambda maze: maze.size)
+
+
 def generate_step(
     generator: Any, stream: MazeStream, config: TrainConfig, step: int, rollout: RolloutConfig | None = None
 ) -> list[Episode]:
     """Draw the step's mazes from ``stream`` and play them (:func:`play_step_mazes`)."""
-    return play_step_mazes(generator, [next(stream) for _ in range(config.loop.mazes_per_step)], config, step, rollout)
+    return play_step_mazes(generator, draw_step_mazes(stream, config), config, step, rollout)
 
 
 def play_step_mazes(
@@ -65,18 +73,28 @@ def play_step_mazes(
     random generator alone (branch scoring).
     """
     rollout = rollout or rollout_config(config)
+    episodes: list[Episode] = []
+    for first, run in _runs_of_one_size(mazes):
+        sized = rollout if run[0].size == config.maze.size else replace(rollout, max_moves=move_limit(run[0].size))
 
-    def play(part: Sequence[Any], start: int) -> list[Episode]:
-        return collect_groups(
-            generator,
-            part,
-            rollout,
-            seed=step_seed(config, step) + (offset + start) * rollout.group_size,
-            group_offset=step * config.loop.mazes_per_step + offset + start,
-        )
+        def play(part: Sequence[Any], start: int, sized: RolloutConfig = sized, first: int = first) -> list[Episode]:
+            return collect_groups(
+                generator,
+                part,
+                sized,
+                seed=step_seed(config, step) + (offset + first + start) * sized.group_size,
+                group_offset=step * config.loop.mazes_per_step + offset + first + start,
+            )
 
-    threads = rollout_threads(config.engine) if collectors.draws_no_torch_randomness(rollout) else 1
-    return map_slices(play, mazes, threads)
+        threads = rollout_threads(config.engine) if collectors.draws_no_torch_randomness(sized) else 1
+        episodes += map_slices(play, run, threads)
+    return episodes
+
+
+def _runs_of_one_size(mazes: Sequence[Any]) -> list[tuple[int, list[Any]]]:
+    """``mazes`` cut into runs of consecutive mazes of one size: ``(index of the run's first maze, run)``."""
+    runs = groupby(enumerate(mazes), key=lambda item: item[1].size)
+    return [(group[0][0], [maze for _, maze in group]) for group in (list(g) for _, g in runs)]
 
 
 def vision_placeholder_ids(model_dir: Path) -> set[int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 import runners.cli as cli
@@ -80,7 +82,7 @@ def test_progress_bar_is_closed_when_training_fails(monkeypatch, tmp_path):
         loop.run_rl_loop(
             config,
             _FailingBackend(),
-            iter(range(100)),
+            iter([SimpleNamespace(size=7)] * 100),  # mazes as the loop reads them: their size alone
             loop.LoopState(),
             tmp_path,
             None,

@@ -13,6 +13,7 @@ from runners.config import apply_overrides
 from runners.train.loop import LoopState, run_rl_loop
 from runners.train.metrics import MetricsLogger, read_jsonl
 from runners.config.presets import get_preset
+from types import SimpleNamespace
 
 
 def test_resume_latest_with_nothing_to_resume_fails(tmp_path):
@@ -44,9 +45,9 @@ class _Stream:
     def __init__(self):
         self.index = 0
 
-    def __next__(self):
+    def __next__(self):  # a maze as the loop reads it: its size alone
         self.index += 1
-        return self.index
+        return SimpleNamespace(size=9, index=self.index)
 
     def state_dict(self):
         return {"index": self.index}

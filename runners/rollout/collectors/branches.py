@@ -34,6 +34,9 @@ REWARDS = ("best", "value")
 PROMPTS = ("first", "play")
 """Which prompt an anchor cell is asked with (``rollout.collector.prompts``)."""
 
+GROUP_CELLS = 1 << 16
+"""Group ids per maze: one per cell of a maze up to 256x256, so that mazes of different sizes never share an id."""
+
 
 @dataclasses.dataclass
 class BranchSettings(CollectorConfig):
@@ -318,7 +321,8 @@ def collect_branches(
     (:func:`continuation_values`), read by one :meth:`Generator.score_replies` call, and cells the
     policy has settled (``settled``) are left out. The settings are ``config.collector`` (:class:`BranchSettings`).
     Only the environment's moves and goal are used; no solver. Group ids are
-    ``(group_offset + i) * size**2 + row * size + col`` (unique per run, like :func:`collect_groups`'s).
+    ``(group_offset + i) * GROUP_CELLS + row * size + col`` (unique per run, like :func:`collect_groups`'s, whatever
+    the mazes' sizes).
     Branch turns carry no sampling log-probs (none was sampled): the trainer recomputes them.
     """
     settings: BranchSettings = config.collector
@@ -362,7 +366,7 @@ def collect_branches(
             "greedy_solves_start": togo[0][i].get(maze.start) is not None,
             "rollout_seconds": elapsed,
         }
-        group_id = (group_offset + i) * maze.size**2 + cell[0] * maze.size + cell[1]
+        group_id = (group_offset + i) * GROUP_CELLS + cell[0] * maze.size + cell[1]
         episodes += _branches(maze, cell, prompt, values, moves, replies, settings.reward, group_id, version, info)
     # Every anchor was asked once per continuation (greedy) or scored once; the branches are the environment's moves
     # from there.
