@@ -45,7 +45,7 @@ class Turn:
     observation: Any = None
     """Network policies: the observation the action was chosen from (numpy array or dict)."""
     images: list[Any] = field(default_factory=list)
-    """Vision-language policies: the images (HxWx3 uint8 arrays) referenced by the prompt."""
+    """Vision-language policies: the images (HxWx3 uint8 arrays, or PIL images) referenced by the prompt."""
     value: float | None = None
     """Critic estimate recorded at rollout time (PPO), if the policy has a value head."""
     text: str = ""

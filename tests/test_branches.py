@@ -553,3 +553,58 @@ def test_play_prompts_ask_each_cell_with_a_counter_and_the_feedback_of_arriving_
     assert "prompts='last' is not allowed; choose one of first, play" in problems(
         branching(history="none", branch_prompts="last")
     )
+
+
+@pytest.mark.quick
+def test_cell_prompts_keep_each_frame_losslessly_in_a_third_of_its_bytes(tmp_path):
+    """The anchors' frames live through the update (two steps' worth with the overlap): each is kept as a palette
+    image that decodes to exactly the frame the env drew on that cell."""
+    from PIL import Image
+
+    from mazegym.maze import MazeSpec
+    from runners.models.tiny import build_maze_vlm
+    from runners.rollout.collectors.branches import cell_prompts
+    from runners.rollout.env import make_env
+    from runners.rollout.generation.prompts import (
+        ChatEncoder,
+        image_token_id_of,
+        load_image_processor,
+        load_tokenizer,
+        to_pil,
+    )
+
+    model_dir = build_maze_vlm(
+        tmp_path / "m",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vision={"width": 8, "iterations": 4},
+    )
+    encoder = ChatEncoder(load_tokenizer(model_dir), load_image_processor(model_dir), image_token_id_of(model_dir))
+    mazes = _mazes(2, size=7, seed=3)
+    config = branching(state_prompt=True, history="none", obs_mode="image", max_moves=20, max_new_tokens=32)
+    anchors, prompts = cell_prompts(mazes, config, encoder)
+    assert len(prompts) == sum(int((~m.grid).sum()) - 1 for m in mazes)
+    env = make_env(7, config.max_moves, config.obs_mode, env_kwargs=config.env_kwargs)
+    for (i, cell), prompt in zip(anchors, prompts):
+        (image,) = prompt.images
+        drawn = env.reset(options={"maze": MazeSpec(mazes[i].grid, cell, mazes[i].goal)})[0]["image"]
+        assert isinstance(image, Image.Image) and image.mode == "P"
+        assert len(image.tobytes()) * 3 == drawn.nbytes
+        assert np.array_equal(np.asarray(to_pil(image)), drawn)
+
+
+@pytest.mark.quick
+def test_a_frame_that_no_palette_holds_exactly_is_kept_as_a_plain_copy():
+    from runners.rollout.generation.prompts import compact_frame, to_pil
+
+    noise = np.random.default_rng(0).integers(0, 256, size=(30, 30, 3), dtype=np.uint8)
+    kept = compact_frame(noise)
+    assert isinstance(kept, np.ndarray) and np.array_equal(kept, noise) and kept is not noise
+    # Two colours one step apart, which PIL's palette matching maps to one entry: kept exactly all the same.
+    close = np.zeros((4, 4, 3), dtype=np.uint8)
+    close[:2] = (200, 100, 50)
+    close[2:] = (201, 100, 50)
+    assert np.array_equal(np.asarray(to_pil(compact_frame(close))), close)

@@ -23,7 +23,7 @@ from runners.rollout.env import make_env
 from runners.rollout.collect import RolloutConfig
 from runners.rollout.collectors import Collector, CollectorConfig, register
 from runners.rollout.generation.base import Generator, Prompt, SamplingConfig
-from runners.rollout.generation.prompts import ChatEncoder
+from runners.rollout.generation.prompts import ChatEncoder, compact_frame
 
 BRANCHES = "branches"
 """This collector's name (``rollout.collector.name``)."""
@@ -266,7 +266,7 @@ def cell_prompts(
                 )
             )
             anchors.append((i, cell))
-            prompts.append(Prompt(prompt_ids=ids, images=[np.array(im, copy=True) for im in images]))
+            prompts.append(Prompt(prompt_ids=ids, images=[compact_frame(im) for im in images]))
         env.close()
     return anchors, prompts
 

@@ -71,6 +71,23 @@ def to_pil(image: Any):
     return Image.fromarray(np.asarray(image, dtype=np.uint8)).convert("RGB")
 
 
+def compact_frame(frame: np.ndarray) -> Any:
+    """A lossless copy of an HxWx3 uint8 frame in a third of its bytes: a palette image where the frame has at most
+    256 colours (a maze frame has four), else a plain copy. :func:`to_pil` and :func:`pixel_inputs` read both."""
+    from PIL import Image
+
+    frame = np.asarray(frame, dtype=np.uint8)
+    rgb = Image.fromarray(frame)
+    colours = rgb.getcolors(256)
+    if colours is not None:
+        palette = Image.new("P", (1, 1))
+        palette.putpalette([channel for _, colour in colours for channel in colour])
+        compact = rgb.quantize(palette=palette, dither=Image.Dither.NONE)
+        if np.array_equal(np.asarray(compact.convert("RGB")), frame):  # PIL matches colours through a coarse cache
+            return compact
+    return np.array(frame, copy=True)
+
+
 def pixel_inputs(image_processor, images: list[Any]) -> dict:
     """Run the image processor on ``images``: ``{"pixel_values", "image_grid_thw"}`` torch tensors."""
     if getattr(image_processor, "accepts_arrays", False):
