@@ -354,6 +354,7 @@ def _run_steps(
             timings = timer.pop()
             record.update(timings)
             record.update(executor.step_extras(step, record, timings, len(episodes)))
+            del episodes  # a step collected on-policy must not find this step's rollouts still alive
             metrics.log(step, record, phase="rl")
             state.step, state.stream, state.env_turns = step, stream_state, env_turns
             progress.update(1, train_solve=roll.get("success_rate", 0.0), eval_solve=last_eval)
