@@ -562,7 +562,7 @@ def test_cell_prompts_keep_each_frame_losslessly_in_a_third_of_its_bytes(tmp_pat
     from PIL import Image
 
     from mazegym.maze import MazeSpec
-    from runners.models.tiny import build_maze_vlm
+    from model_helpers import tiny_maze_vlm
     from runners.rollout.collectors.branches import cell_prompts
     from runners.rollout.env import make_env
     from runners.rollout.generation.prompts import (
@@ -573,15 +573,7 @@ def test_cell_prompts_keep_each_frame_losslessly_in_a_third_of_its_bytes(tmp_pat
         to_pil,
     )
 
-    model_dir = build_maze_vlm(
-        tmp_path / "m",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 4},
-    )
+    model_dir = tiny_maze_vlm(tmp_path / "m")
     encoder = ChatEncoder(load_tokenizer(model_dir), load_image_processor(model_dir), image_token_id_of(model_dir))
     mazes = _mazes(2, size=7, seed=3)
     config = branching(state_prompt=True, history="none", obs_mode="image", max_moves=20, max_new_tokens=32)

@@ -19,7 +19,7 @@ from runners.rollout.generation.hf import HFGenerator  # noqa: E402
 from runners.rollout.generation.vision_embeds import needs_prompt_embeds, split_adapter  # noqa: E402
 from runners.rollout.collect import RolloutConfig  # noqa: E402
 from runners.rollout.collectors.branches import cell_prompts  # noqa: E402
-from runners.models.tiny import build_maze_vlm  # noqa: E402
+from model_helpers import tiny_maze_vlm  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -29,15 +29,7 @@ TOL = 1e-3
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return build_maze_vlm(
-        tmp_path_factory.mktemp("m") / "maze_vlm",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 4},
-    )
+    return tiny_maze_vlm(tmp_path_factory.mktemp("m") / "maze_vlm")
 
 
 @pytest.fixture(scope="module")

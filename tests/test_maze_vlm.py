@@ -15,20 +15,12 @@ from algos.models.maze_vlm import (
 )
 from mazegym.render import render_frame
 from mazegym.evalsets import load_eval_set
-from runners.models.tiny import build_maze_vlm
+from model_helpers import TINY_DECODER, tiny_maze_vlm
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return build_maze_vlm(
-        tmp_path_factory.mktemp("models") / "maze_vlm",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 4},
-    )
+    return tiny_maze_vlm(tmp_path_factory.mktemp("models") / "maze_vlm")
 
 
 def frame(spec, cell=None):
@@ -329,15 +321,7 @@ def test_agent_token_mode_gives_one_vision_token_on_any_maze_size(tmp_path):
     """``tokens="agent"``: one placeholder per image at 9x9 and 13x13; a batch of both equals separate forwards."""
     from transformers import AutoImageProcessor, AutoModelForImageTextToText
 
-    model_dir = build_maze_vlm(
-        tmp_path / "agent",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 4, "tokens": "agent"},
-    )
+    model_dir = tiny_maze_vlm(tmp_path / "agent", tokens="agent")
     processor = AutoImageProcessor.from_pretrained(model_dir)
     assert processor.get_number_of_image_patches(225, 225, {}) == 1
     assert processor.get_number_of_image_patches(325, 325, {}) == 1
@@ -362,10 +346,7 @@ def test_gated_state_update_is_bounded_loads_by_path_and_residual_stays_the_defa
 
     from algos.models.maze_vlm import RecurrentConvEncoder
 
-    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=1)
-    gated_dir = build_maze_vlm(
-        tmp_path / "gated", num_key_value_heads=1, vision={"width": 8, "iterations": 4, "state": "gated"}, **shape
-    )
+    gated_dir = tiny_maze_vlm(tmp_path / "gated", state="gated")
     model = AutoModelForImageTextToText.from_pretrained(gated_dir).eval()
     encoder = model.vision_tower
     assert encoder.conv_gate is not None and AutoConfig.from_pretrained(gated_dir).vision_config["state"] == "gated"
@@ -444,15 +425,7 @@ def test_the_path_loss_trains_the_path_head_against_the_shortest_path(tmp_path, 
     """With a path weight the loss adds the path head's binary cross-entropy at every cell; the head learns it."""
     from mazegym.solver import oracle_actions, shortest_path_cells
 
-    directory = build_maze_vlm(
-        tmp_path / "m",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 4, "path_head": True},
-    )
+    directory = tiny_maze_vlm(tmp_path / "m", path_head=True)
     model = MazeVLMForConditionalGeneration.from_pretrained(directory)
     specs = load_eval_set("VisMaze-v0")[:8]
     pixels = MazeVLMImageProcessor()(images=[frame(s) for s in specs], return_tensors="pt")
@@ -494,11 +467,7 @@ def test_the_encoder_can_start_from_pytorchs_layer_init_while_the_decoder_keeps_
     def built(init):
         torch.manual_seed(0)
         config = MazeVLMConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=1,
-            num_attention_heads=1,
-            num_key_value_heads=1,
+            **TINY_DECODER,
             vocab_size=64,
             initializer_range=0.1,
             vision_config={**DEFAULT_VISION_CONFIG, "width": 16, "state": "gated", "init": init},
@@ -524,15 +493,7 @@ def test_the_colour_locator_finds_the_agent_on_every_cell_and_size_without_train
     stands (goal and walls included around it) on 9x9 and 13x13 mazes; the learned saliency does not at init."""
     from transformers import AutoImageProcessor, AutoModelForImageTextToText
 
-    model_dir = build_maze_vlm(
-        tmp_path / "colour",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 2, "tokens": "agent", "locator": "colour"},
-    )
+    model_dir = tiny_maze_vlm(tmp_path / "colour", iterations=2, tokens="agent", locator="colour")
     processor = AutoImageProcessor.from_pretrained(model_dir)
     model = AutoModelForImageTextToText.from_pretrained(model_dir).eval()
     for spec in [*load_eval_set("VisMaze-v0")[:2], load_eval_set("heldout-13x13")[0]]:

@@ -65,21 +65,13 @@ def test_sft_batches_on_two_threads_match_one(tmp_path, stage):
 
     from mazegym.evalsets import load_eval_set
     from runners.rollout.generation.prompts import ChatEncoder, image_token_id_of, load_image_processor, load_tokenizer
-    from runners.models.tiny import build_maze_vlm
+    from model_helpers import tiny_maze_vlm
     from runners.train.demos import demo_turns
     from runners.models.vision_pretraining import pretrain_vision
     from runners.train.sft import train_sft
     from transformers import AutoModelForImageTextToText
 
-    model_dir = build_maze_vlm(
-        tmp_path / "m",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        vision={"width": 8, "iterations": 4},
-    )
+    model_dir = tiny_maze_vlm(tmp_path / "m")
     tokenizer = load_tokenizer(model_dir)
     processor = load_image_processor(model_dir)
     encoder = ChatEncoder(tokenizer, processor, image_token_id_of(model_dir))

@@ -156,7 +156,8 @@ class SFTConfig:
     seed: int = field(default=0, metadata={"range": SEED})
     """Seed of model init order, batching and detours (and of the tiny model's weights)."""
     checkpoint: str = field(default="", metadata={"any": True})
-    """Use this SFT checkpoint (a model dir, or an adapter dir in lora mode) instead of <run_dir>/sft/model."""
+    """Use this SFT checkpoint (a model dir, an adapter dir in lora mode, or another run's finished ``sft`` dir)
+    instead of <run_dir>/sft/model."""
 
 
 @dataclass

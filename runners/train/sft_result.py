@@ -41,12 +41,14 @@ def recorded_fingerprint(config: TrainConfig) -> str | None:
 
 
 def find_sft_checkpoint(config: TrainConfig) -> Path | None:
-    """An existing SFT result: ``sft.checkpoint`` or ``<run_dir>/sft/{model,adapter}`` when complete."""
+    """An existing SFT result: ``sft.checkpoint`` (a model or adapter dir, or a run's finished ``sft`` dir, whose
+    result it names) or ``<run_dir>/sft/{model,adapter}`` when complete."""
     if config.sft.checkpoint:
         path = Path(config.sft.checkpoint).expanduser()
         if not path.exists():
             raise ConfigError(f"sft.checkpoint={config.sft.checkpoint!r} does not exist")
-        return path
+        stage_result = path / ("model" if config.sft.mode == "full" else "adapter")
+        return stage_result if (path / "DONE").is_file() and stage_result.exists() else path
     out = sft_dir(config) / ("model" if config.sft.mode == "full" else "adapter")
     if not ((sft_dir(config) / "DONE").is_file() and out.exists()):
         return None

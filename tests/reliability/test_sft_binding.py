@@ -132,3 +132,11 @@ def test_resuming_on_another_sft_checkpoint_is_refused(sft_run, tmp_path):
     build.refuse_other_sft(start, ckpt)  # the model it started from: accepted
     with pytest.raises(ConfigError, match="trained from another SFT model than sft.checkpoint"):
         build.refuse_other_sft(_config(run, f"sft.checkpoint={other}"), ckpt)
+
+
+def test_sft_checkpoint_may_name_another_runs_finished_sft_stage(sft_run, tmp_path):
+    """``sft.checkpoint=<run>/sft`` starts from the model that stage wrote; a model dir is used as it is."""
+    other = tmp_path / "other"
+    stage = sft_run / "sft"
+    assert sft_result.find_sft_checkpoint(_config(other, f"sft.checkpoint={stage}")) == stage / "model"
+    assert sft_result.find_sft_checkpoint(_config(other, f"sft.checkpoint={stage / 'model'}")) == stage / "model"
