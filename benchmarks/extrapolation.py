@@ -173,8 +173,13 @@ SHAPES = {
     "random start and goal": {"start_goal": "random"},
     "loops (extra_openings 0.1)": {"extra_openings": 0.1},
     "loops (extra_openings 0.3)": {"extra_openings": 0.3},
+    "loops 0.2, random start and goal": {"extra_openings": 0.2, "start_goal": "random"},
+    "loops 0.2, dfs": {"extra_openings": 0.2, "generator": "dfs"},
+    "loops 0.2, prim": {"extra_openings": 0.2, "generator": "prim"},
+    "loops 0.2, kruskal": {"extra_openings": 0.2, "generator": "kruskal"},
 }
-"""Maze shapes other than the pinned sets' (Wilson's uniform spanning trees, start and goal in opposite corners)."""
+"""Maze shapes other than the pinned sets' (Wilson's uniform spanning trees, start and goal in opposite corners), and
+loop mazes of each of them."""
 
 
 def play_shapes(generator, config, count: int, sizes: list[int], lines: list[str]) -> dict:

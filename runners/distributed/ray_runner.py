@@ -52,6 +52,7 @@ from runners.distributed.prometheus import PrometheusExporter
 from runners.rollout.evaluate import eval_summary
 from runners.train.checkpoint import CheckpointManager, load_checkpoint, read_state, save_checkpoint
 from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
+from runners.train.run_info import MALLOC_ARENAS
 from runners.train.run_lock import run_dir_lock
 from runners.train.parity import StaleWeightsError, trainer_logprobs
 from runners.train.steps import (
@@ -155,6 +156,7 @@ class WorkerGroup:
             "OMP_NUM_THREADS": str(ray_cfg.worker_threads),
             "MKL_NUM_THREADS": str(ray_cfg.worker_threads),
             "TOKENIZERS_PARALLELISM": "false",
+            "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", str(MALLOC_ARENAS)),
             # Debug switches set on the driver reach every rank (collective checks, NCCL logs).
             **{k: os.environ[k] for k in PASSED_ENV if k in os.environ},
         }

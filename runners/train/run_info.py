@@ -4,6 +4,7 @@ host, package versions), read back by the run report."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -40,6 +41,27 @@ def peak_rss_gb() -> float | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024**3 if platform.system() == "Darwin" else 1024**2), 3)  # bytes on macOS, KiB on Linux
+
+
+MALLOC_ARENAS = 2
+"""glibc malloc arenas a mazegym process keeps (glibc's own cap is 8 per core): each thread that allocates may get an
+arena of its own, and the rollouts, the collection ahead and the update run on several threads; freed memory left
+scattered over many arenas is memory ``malloc_trim`` cannot hand back."""
+
+
+def limit_malloc_arenas() -> None:
+    """Cap glibc's malloc arenas at :data:`MALLOC_ARENAS` for this process (``mallopt(M_ARENA_MAX)``) unless the
+    environment sets ``MALLOC_ARENA_MAX`` itself; a no-op on other platforms and libcs. Call it before threads start."""
+    import ctypes
+    import ctypes.util
+
+    if platform.system() != "Linux" or "MALLOC_ARENA_MAX" in os.environ:
+        return
+    m_arena_max = -8  # malloc.h
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt(m_arena_max, MALLOC_ARENAS)
+    except (OSError, AttributeError):  # musl and other libcs have no mallopt
+        return
 
 
 def release_freed_memory() -> None:
