@@ -22,7 +22,8 @@ class LoRAConfig:
     target_modules: list[str] = field(default_factory=list, metadata={"any": True})
     """Module name suffixes to wrap (e.g. q_proj,v_proj); empty = every linear layer of the language model."""
     exclude_vision: bool = field(default=True, metadata={"any": True})
-    """Never put LoRA on the vision tower (vLLM ignores it there)."""
+    """Never put LoRA on the vision tower (vLLM ignores it there). False lets ``target_modules`` name vision modules
+    too, e.g. MazeVLM's recurrent convolutions (conv_in, conv_out, conv_gate) with the HF engine."""
     modules_to_save: list[str] = field(default_factory=list, metadata={"any": True})
     """Modules trained in full and saved inside the adapter (PEFT modules_to_save), e.g. vision_tower for a tiny VLM
     whose encoder must learn too. The vLLM engine serves such adapters for MazeVLM only (its encoder runs beside

@@ -457,6 +457,11 @@ def test_vllm_serves_modules_trained_in_full_only_for_maze_vlm_encoder_and_proje
             C.apply_overrides(get_preset("cpu-tiny-vlm"), ["engine.name=vllm", "lora.modules_to_save=visual"]),
             need_model=False,
         )
+    vision_lora = ["lora.exclude_vision=false", "lora.target_modules=[q_proj,conv_in]"]
+    hf = C.apply_overrides(get_preset("cpu-maze-vlm"), vision_lora)
+    C.validate(hf, need_model=False)  # the HF engine runs the adapted encoder
+    with pytest.raises(C.ConfigError, match="lora.exclude_vision=false puts LoRA on the vision side"):
+        C.validate(C.apply_overrides(hf, ["engine.name=vllm"]), need_model=False)
 
 
 def test_evaluation_scales_the_encoder_iterations_with_the_maze_or_fixes_them():

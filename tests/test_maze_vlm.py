@@ -540,3 +540,33 @@ def test_a_model_built_to_scale_by_area_keeps_it_when_loaded_and_evaluation_leav
     assert build_policy(config, tmp_path / "area").model is not None
     with pytest.raises(ValueError, match="model.vision_iterations_by_area=true, but the model at .* was built without"):
         build_policy(config, tmp_path / "plain")
+
+
+def test_lora_on_the_encoders_convolutions_acts_as_its_merged_weights(tmp_path):
+    """LoRA on the recurrence's convolutions (``lora.exclude_vision=false``, ``lora.target_modules``): the encoder's
+    fused step applies the adapter's update exactly as the merged weights do, and a backward pass reaches it."""
+    from transformers import AutoModelForImageTextToText
+
+    from algos.policies.lm import LoRAConfig, add_lora
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_maze_vlm(tmp_path / "m", state="gated")).eval()
+    torch.manual_seed(0)
+    grid = torch.rand(2, 9, 9, model.vision_tower.patch_embed.in_features)
+    with torch.no_grad():
+        plain, _ = model.vision_tower.cell_features(grid)
+    convs = ["conv_in", "conv_out", "conv_gate"]
+    adapted_model = add_lora(model, LoRAConfig(rank=4, alpha=8, target_modules=convs, exclude_vision=False))
+    encoder = adapted_model.base_model.model.vision_tower
+    assert all(hasattr(getattr(encoder, name), "lora_A") for name in convs)
+    with torch.no_grad():
+        for name, param in adapted_model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape) * 0.1)
+    adapted, _ = encoder.cell_features(grid)
+    adapted.square().mean().backward()
+    assert encoder.conv_in.lora_A["default"].weight.grad.abs().sum() > 0
+    assert encoder.conv_out.lora_B["default"].weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        merged, _ = adapted_model.merge_and_unload().vision_tower.cell_features(grid)
+    assert not torch.allclose(adapted, plain, atol=1e-3)
+    torch.testing.assert_close(adapted.detach(), merged, atol=1e-5, rtol=1e-5)

@@ -110,6 +110,21 @@ class MazeVLMConfig(Qwen2Config):
         super().__init__(**kwargs)
 
 
+def conv_weight_and_bias(conv: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A convolution's weight and bias as its forward applies them: where a PEFT LoRA layer wraps it (LoRA on the
+    encoder's convolutions, ``lora.target_modules``), the base weight plus its active adapters' update, unless that
+    update is merged into the weight already or the adapters are disabled."""
+    base = getattr(conv, "base_layer", conv)
+    weight = base.weight
+    if not getattr(conv, "merged", False) and not getattr(conv, "disable_adapters", False):
+        for name in getattr(conv, "active_adapters", ()):
+            if name in getattr(conv, "lora_A", {}):
+                if conv.training and not isinstance(conv.lora_dropout[name], nn.Identity):
+                    raise ValueError("LoRA on the vision encoder's convolutions takes no dropout: set lora.dropout=0")
+                weight = weight + conv.get_delta_weight(name)
+    return weight, base.bias
+
+
 class RecurrentConvEncoder(nn.Module):
     """Patch embedding, then a weight-tied residual conv block repeated over the cell grid."""
 
@@ -180,16 +195,16 @@ class RecurrentConvEncoder(nn.Module):
         """
         width = recall.shape[1]
         convs = [self.conv_in] if self.conv_gate is None else [self.conv_in, self.conv_gate]
-        state_weight = torch.cat([conv.weight[:, :width] for conv in convs])
-        recall_weight = torch.cat([conv.weight[:, width:] for conv in convs])
-        bias = torch.cat([conv.bias for conv in convs])
-        return state_weight, F.conv2d(recall, recall_weight, bias, padding=1)
+        weights, biases = zip(*(conv_weight_and_bias(conv) for conv in convs))
+        state_weight = torch.cat([weight[:, :width] for weight in weights])
+        recall_weight = torch.cat([weight[:, width:] for weight in weights])
+        return state_weight, F.conv2d(recall, recall_weight, torch.cat(biases), padding=1)
 
     def step(self, state: torch.Tensor, state_weight: torch.Tensor, recall_part: torch.Tensor) -> torch.Tensor:
         """One iteration of the weight-tied block: the routing state, updated from itself and the input
         (``state_weight`` and ``recall_part`` from :meth:`step_weights`; a zero state skips its conv)."""
         both = recall_part if state is None else recall_part + F.conv2d(state, state_weight, padding=1)
-        width = self.conv_out.in_channels
+        width = both.shape[1] // (1 if self.conv_gate is None else 2)
         update = torch.relu(both[:, :width])
         if state is None:
             state = torch.zeros_like(update)

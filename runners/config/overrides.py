@@ -113,23 +113,24 @@ def _replace(config: TrainConfig, layers: Sequence[Layer]) -> TrainConfig:
 
 
 def apply_overrides(config: TrainConfig, overrides: Sequence[str]) -> TrainConfig:
-    """Apply ``key=value`` strings in order (e.g. ``rollout.group_size=8``), as the command line does."""
+    """Apply ``key=value`` strings in order (e.g. ``rollout.group_size=8``), as the command line does, to ``config``
+    itself; returns it."""
     return _replace(config, override_layers(overrides))
 
 
 def set_value(config: TrainConfig, dotted: str, value: Any) -> TrainConfig:
     """Set ``config.<dotted>`` to ``value`` (a parsed YAML/JSON value, or a command-line string), checked and
-    converted to the field's type."""
+    converted to the field's type, in ``config`` itself; returns it."""
     return _replace(config, [Layer(f"{dotted}={value!r}", nest(dotted, value))])
 
 
 def apply_config_file(config: TrainConfig, data: dict[str, Any]) -> TrainConfig:
-    """Apply the mapping of a config file (:func:`read_config_file`) to ``config``."""
+    """Apply the mapping of a config file (:func:`read_config_file`) to ``config`` itself; returns it."""
     return _replace(config, [Layer("config file", data)])
 
 
 def load_config_file(config: TrainConfig, path: str | Path) -> TrainConfig:
-    """Apply a YAML (.yaml/.yml) or JSON config file to ``config``."""
+    """Apply a YAML (.yaml/.yml) or JSON config file to ``config`` itself; returns it."""
     return _replace(config, [Layer(f"config file {path}", read_config_file(path))])
 
 

@@ -155,16 +155,23 @@ def _mazes(config: TrainConfig) -> list[str]:
 
 
 def _engine(config: TrainConfig) -> list[str]:
-    """vLLM's LoRA cannot load modules an adapter trains in full, except those its generator runs beside it."""
-    if config.engine.name != VLLM or not config.lora.modules_to_save:
+    """vLLM's LoRA cannot load modules an adapter trains in full, except those its generator runs beside it, nor
+    LoRA on the vision side."""
+    if config.engine.name != VLLM:
         return []
+    errors = []
+    if not config.lora.exclude_vision:
+        errors.append(
+            "lora.exclude_vision=false puts LoRA on the vision side, which vLLM does not serve; use engine.name=hf, "
+            "or train the encoder in full (lora.modules_to_save=[vision_tower])"
+        )
     beside = models.get(config.model.kind).beside_engine
-    if set(config.lora.modules_to_save) <= set(beside):
-        return []
-    return [
-        "lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's vision_tower and "
-        "multi_modal_projector excepted: they run beside the engine); use engine.name=hf or leave it empty"
-    ]
+    if not set(config.lora.modules_to_save) <= set(beside):
+        errors.append(
+            "lora.modules_to_save trains whole modules, which vLLM's LoRA cannot load (MazeVLM's vision_tower and "
+            "multi_modal_projector excepted: they run beside the engine); use engine.name=hf or leave it empty"
+        )
+    return errors
 
 
 def _runner(config: TrainConfig) -> list[str]:
