@@ -49,18 +49,29 @@ arena of its own, and the rollouts, the collection ahead and the update run on s
 scattered over many arenas is memory ``malloc_trim`` cannot hand back."""
 
 
-def limit_malloc_arenas() -> None:
-    """Cap glibc's malloc arenas at :data:`MALLOC_ARENAS` for this process (``mallopt(M_ARENA_MAX)``) unless the
-    environment sets ``MALLOC_ARENA_MAX`` itself; a no-op on other platforms and libcs. Call it before threads start."""
+def _glibc():
+    """The C library when it is glibc-like on Linux (its ``mallopt`` / ``malloc_trim``), else None."""
     import ctypes
     import ctypes.util
 
-    if platform.system() != "Linux" or "MALLOC_ARENA_MAX" in os.environ:
+    if platform.system() != "Linux":
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def limit_malloc_arenas() -> None:
+    """Cap glibc's malloc arenas at :data:`MALLOC_ARENAS` for this process (``mallopt(M_ARENA_MAX)``) unless the
+    environment sets ``MALLOC_ARENA_MAX`` itself; a no-op on other platforms and libcs. Call it before threads start."""
+    libc = _glibc()
+    if libc is None or "MALLOC_ARENA_MAX" in os.environ:
         return
     m_arena_max = -8  # malloc.h
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt(m_arena_max, MALLOC_ARENAS)
-    except (OSError, AttributeError):  # musl and other libcs have no mallopt
+        libc.mallopt(m_arena_max, MALLOC_ARENAS)
+    except AttributeError:  # musl and other libcs have no mallopt
         return
 
 
@@ -68,16 +79,15 @@ def release_freed_memory() -> None:
     """Collect reference cycles and hand the allocator's freed pages back to the OS (glibc's ``malloc_trim``; a no-op
     elsewhere): a step's rollouts and update free hundreds of MiB that glibc would otherwise keep, and the next step's
     rollouts, collected beside the update, would add to them."""
-    import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
-    if platform.system() != "Linux":
+    libc = _glibc()
+    if libc is None:
         return
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # musl and other libcs have no malloc_trim
+        libc.malloc_trim(0)
+    except AttributeError:  # musl and other libcs have no malloc_trim
         return
 
 

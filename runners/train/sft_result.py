@@ -40,6 +40,12 @@ def recorded_fingerprint(config: TrainConfig) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def finished_result(stage_dir: Path, config: TrainConfig) -> Path | None:
+    """What a finished SFT stage in ``stage_dir`` wrote (its ``model``, or ``adapter`` in lora mode), else None."""
+    out = stage_dir / ("model" if config.sft.mode == "full" else "adapter")
+    return out if (stage_dir / "DONE").is_file() and out.exists() else None
+
+
 def find_sft_checkpoint(config: TrainConfig) -> Path | None:
     """An existing SFT result: ``sft.checkpoint`` (a model or adapter dir, or a run's finished ``sft`` dir, whose
     result it names) or ``<run_dir>/sft/{model,adapter}`` when complete."""
@@ -47,10 +53,9 @@ def find_sft_checkpoint(config: TrainConfig) -> Path | None:
         path = Path(config.sft.checkpoint).expanduser()
         if not path.exists():
             raise ConfigError(f"sft.checkpoint={config.sft.checkpoint!r} does not exist")
-        stage_result = path / ("model" if config.sft.mode == "full" else "adapter")
-        return stage_result if (path / "DONE").is_file() and stage_result.exists() else path
-    out = sft_dir(config) / ("model" if config.sft.mode == "full" else "adapter")
-    if not ((sft_dir(config) / "DONE").is_file() and out.exists()):
+        return finished_result(path, config) or path
+    out = finished_result(sft_dir(config), config)
+    if out is None:
         return None
     recorded = recorded_fingerprint(config)
     if recorded is not None and current_fingerprint(out) != recorded:
