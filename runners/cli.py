@@ -102,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mazegym`` script: run the command; a failure is one line on stderr and an exit code
     (:mod:`runners.commands.errors`; 130 after Ctrl-C)."""
     from runners.commands import errors
-    from runners.train.run_info import limit_malloc_arenas
+    from runners.train.run_info import configure_malloc
 
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    limit_malloc_arenas()
+    configure_malloc()
     parser = build_parser(argv)
     args = _parse(parser, argv)
     if not getattr(args, "command", None):

@@ -38,10 +38,10 @@ def test_freed_heap_blocks_leave_the_resident_set():
 
 COUNT_ARENAS = """
 import ctypes, sys, tempfile, threading
-from runners.train.run_info import limit_malloc_arenas
+from runners.train.run_info import configure_malloc
 
-if sys.argv[1] == "capped":
-    limit_malloc_arenas()
+if sys.argv[1] == "configured":
+    configure_malloc()
 libc = ctypes.CDLL("libc.so.6")
 started = threading.Barrier(8)
 
@@ -69,15 +69,52 @@ with tempfile.NamedTemporaryFile("r") as report:
 @pytest.mark.skipif(platform.system() != "Linux", reason="counts glibc's malloc arenas")
 def test_a_process_keeps_at_most_the_capped_number_of_malloc_arenas():
     """Eight threads allocating at once get arenas of their own, unless the process capped them first."""
+
+    from runners.train.run_info import MALLOC_SETTINGS
+
+    cap = MALLOC_SETTINGS["MALLOC_ARENA_MAX"]
+    assert _run(COUNT_ARENAS, "configured") <= cap
+    assert _run(COUNT_ARENAS, "default") > cap
+
+
+COUNT_OWN_PAGES = """
+import ctypes, sys
+from runners.train.run_info import configure_malloc
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+if sys.argv[1] == "configured":
+    configure_malloc()
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Mallinfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+size = 2 * 1024 * 1024
+libc.free(libc.malloc(size))  # glibc's own threshold rises past a freed block that had pages of its own
+before = libc.mallinfo2().hblks
+block = libc.malloc(size)
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+@pytest.mark.quick
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads glibc's mallinfo2")
+def test_a_large_block_keeps_pages_of_its_own_after_others_were_freed():
+    """A 2 MiB block allocated after an equal one was freed lands in the heap by default (glibc raised its mmap
+    threshold), and in pages of its own, handed back when freed, once the process fixed the threshold."""
+    assert _run(COUNT_OWN_PAGES, "default") == 0
+    assert _run(COUNT_OWN_PAGES, "configured") == 1
+
+
+def _run(script: str, mode: str) -> int:
+    """Run ``script`` in a fresh interpreter with glibc's malloc variables unset and read the integer it prints."""
     import os
 
-    from runners.train.run_info import MALLOC_ARENAS
+    from runners.train.run_info import MALLOC_SETTINGS
 
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-
-    def arenas(mode: str) -> int:
-        run = subprocess.run([sys.executable, "-c", COUNT_ARENAS, mode], capture_output=True, text=True, env=env)
-        return int(run.stdout)
-
-    assert arenas("capped") <= MALLOC_ARENAS
-    assert arenas("default") > MALLOC_ARENAS
+    env = {k: v for k, v in os.environ.items() if k not in MALLOC_SETTINGS}
+    run = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env, check=True)
+    return int(run.stdout)

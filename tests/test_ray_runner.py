@@ -66,6 +66,19 @@ def test_ray_config_comes_from_the_runner_section(tmp_path):
         validate(_config(tmp_path, *ray, "runner.num_workers=4", "loop.mazes_per_step=2"), need_model=False)
 
 
+def test_workers_get_the_drivers_malloc_settings_or_mazegyms(tmp_path, monkeypatch):
+    from runners.train.run_info import MALLOC_SETTINGS
+
+    rc = ray_runner.ray_config_from(_config(tmp_path, "runner.kind=ray", "runner.worker_threads=3"))
+    for variable in MALLOC_SETTINGS:
+        monkeypatch.delenv(variable, raising=False)
+    env = ray_runner.worker_env(rc)
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["MALLOC_ARENA_MAX"] == "2" and env["MALLOC_MMAP_THRESHOLD_"] == str(1024 * 1024)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert ray_runner.worker_env(rc)["MALLOC_ARENA_MAX"] == "4"
+
+
 # ------------------------------------------------------------------ on a local Ray cluster
 
 RAY_CPUS = 2

@@ -52,7 +52,7 @@ from runners.distributed.prometheus import PrometheusExporter
 from runners.rollout.evaluate import eval_summary
 from runners.train.checkpoint import CheckpointManager, load_checkpoint, read_state, save_checkpoint
 from runners.train.loop import LoopState, RunResult, loop_state_from, run_rl_loop
-from runners.train.run_info import MALLOC_ARENAS
+from runners.train.run_info import MALLOC_SETTINGS
 from runners.train.run_lock import run_dir_lock
 from runners.train.parity import StaleWeightsError, trainer_logprobs
 from runners.train.steps import (
@@ -130,6 +130,19 @@ def worker_address() -> tuple[str, int]:
     return ray.util.get_node_ip_address(), _free_port()
 
 
+def worker_env(ray_cfg: RayConfig) -> dict[str, str]:
+    """The environment variables each worker actor starts with: its thread counts, glibc's malloc settings (the
+    driver's own values where it sets them) and the debug switches the driver has set."""
+    return {
+        "OMP_NUM_THREADS": str(ray_cfg.worker_threads),
+        "MKL_NUM_THREADS": str(ray_cfg.worker_threads),
+        "TOKENIZERS_PARALLELISM": "false",
+        **{k: os.environ.get(k, str(v)) for k, v in MALLOC_SETTINGS.items()},
+        # Debug switches set on the driver reach every rank (collective checks, NCCL logs).
+        **{k: os.environ[k] for k in PASSED_ENV if k in os.environ},
+    }
+
+
 class WorkerGroup:
     """One placement group with one bundle per worker, and one worker actor per bundle."""
 
@@ -152,14 +165,7 @@ class WorkerGroup:
                 "gpus_per_worker."
             ) from exc
         remote_cls = ray.remote(worker_cls)
-        env = {
-            "OMP_NUM_THREADS": str(ray_cfg.worker_threads),
-            "MKL_NUM_THREADS": str(ray_cfg.worker_threads),
-            "TOKENIZERS_PARALLELISM": "false",
-            "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", str(MALLOC_ARENAS)),
-            # Debug switches set on the driver reach every rank (collective checks, NCCL logs).
-            **{k: os.environ[k] for k in PASSED_ENV if k in os.environ},
-        }
+        env = worker_env(ray_cfg)
         self.actors = [
             remote_cls.options(
                 num_cpus=ray_cfg.cpus_per_worker,

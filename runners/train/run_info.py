@@ -43,10 +43,15 @@ def peak_rss_gb() -> float | None:
     return round(peak / (1024**3 if platform.system() == "Darwin" else 1024**2), 3)  # bytes on macOS, KiB on Linux
 
 
-MALLOC_ARENAS = 2
-"""glibc malloc arenas a mazegym process keeps (glibc's own cap is 8 per core): each thread that allocates may get an
-arena of its own, and the rollouts, the collection ahead and the update run on several threads; freed memory left
-scattered over many arenas is memory ``malloc_trim`` cannot hand back."""
+MALLOC_SETTINGS = {"MALLOC_ARENA_MAX": 2, "MALLOC_MMAP_THRESHOLD_": 1 << 20}
+"""glibc malloc settings of a mazegym process, named by the environment variable that sets each one:
+``MALLOC_ARENA_MAX``, the arenas it keeps (glibc's own cap is 8 per core): each thread that allocates may get an arena
+of its own, and the rollouts, the collection ahead and the update run on several threads; freed memory left
+scattered over many arenas is memory ``malloc_trim`` cannot hand back. ``MALLOC_MMAP_THRESHOLD_``, the size (bytes)
+from which a block gets pages of its own, handed back when freed: glibc raises its threshold up to 32 MiB as large
+blocks are freed, so an update's and a collection's tensors would come to live in the heap instead."""
+
+_MALLOPT_PARAMS = {"MALLOC_ARENA_MAX": -8, "MALLOC_MMAP_THRESHOLD_": -3}  # M_ARENA_MAX, M_MMAP_THRESHOLD (malloc.h)
 
 
 def _glibc():
@@ -62,17 +67,15 @@ def _glibc():
         return None
 
 
-def limit_malloc_arenas() -> None:
-    """Cap glibc's malloc arenas at :data:`MALLOC_ARENAS` for this process (``mallopt(M_ARENA_MAX)``) unless the
-    environment sets ``MALLOC_ARENA_MAX`` itself; a no-op on other platforms and libcs. Call it before threads start."""
+def configure_malloc() -> None:
+    """Apply :data:`MALLOC_SETTINGS` to this process (glibc's ``mallopt``), each unless the environment sets its
+    variable itself; a no-op on other platforms and libcs. Call it before threads start."""
     libc = _glibc()
-    if libc is None or "MALLOC_ARENA_MAX" in os.environ:
+    if libc is None or not hasattr(libc, "mallopt"):  # musl and other libcs have no mallopt
         return
-    m_arena_max = -8  # malloc.h
-    try:
-        libc.mallopt(m_arena_max, MALLOC_ARENAS)
-    except AttributeError:  # musl and other libcs have no mallopt
-        return
+    for variable, value in MALLOC_SETTINGS.items():
+        if variable not in os.environ:
+            libc.mallopt(_MALLOPT_PARAMS[variable], value)
 
 
 def release_freed_memory() -> None:
