@@ -17,6 +17,9 @@ from runners.config.presets import get_preset
 
 RL_STEPS = 15
 EVAL_EVERY = 3
+# The module's fixture trains a whole recipe (pretraining, SFT, 15 RL steps) inside its first test's time limit:
+# about 10 minutes on an idle 2-core machine, beyond the suite's 15 when another job shares the cores.
+pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
