@@ -26,6 +26,9 @@ def fake_run(directory: Path, seed: int, solved: list[int], command: str) -> Pat
     (directory / "eval_results.json").write_text(json.dumps(results))
     metrics = [{"step": s, "rollout/env_turns_total": 1920.0 * s, "rollout/success_rate": s / 100} for s in (5, 10)]
     metrics.insert(1, {"step": 5, "eval/solve_rate": 0.5})  # an evaluation record: no rollout figures
+    metrics.append({"step": 10, "eval/solve_rate": 0.9})
+    for i, record in enumerate(metrics):
+        record["time"] = 1000.0 + 60 * i  # the last evaluation 3 minutes after the first record
     (directory / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     (directory / "config.json").write_text(json.dumps({"loop": {"seed": seed}}))
     info = {"invocations": [{"command": command, "calibration": {"units_per_s": 0.5}, "commit": "abc123"}]}
@@ -49,7 +52,10 @@ def test_the_curves_read_each_run_and_publish_between_the_markers(tmp_path):
         "| 10 | 19.2 | 64/64 (10%) | 60/64 (10%) |",
     ]
     assert "| RL step | environment turns, thousands | seed 0 | seed 1 |" in text
-    assert "seed 1: 60/64 after RL, 20.0 min at calibration 0.50, peak RSS 2.25 GiB, commit `abc123`" in text
+    assert (
+        "seed 1: 90% or more first at step 10, 3.0 min after RL began, 60/64 after RL, 20.0 min in all at calibration "
+        "0.50, peak RSS 2.25 GiB, commit `abc123`" in text
+    )
     # a setting an older mazegym spelt otherwise is written as today's key
     assert "'maze.heldout_sets=[]' runner.update_threads=1 loop.seed=1`" in text
     assert json.loads(snapshot.read_text())["runs"][1]["curve"][2] == {
@@ -57,7 +63,11 @@ def test_the_curves_read_each_run_and_publish_between_the_markers(tmp_path):
         "solved": 60,
         "env_turns": 19200.0,
         "goal_share": 0.1,
+        "minutes": 3.0,
     }
+    never = fake_run(tmp_path / "s2", 2, [0, 10, 57], "mazegym train")  # 57 < 90% of 64
+    caption = scratch_curves.render({"runs": [scratch_curves.load_run(never)], "run_dirs": [str(never)]})
+    assert "seed 2: never 90% or more, 57/64 after RL" in caption
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SystemExit, match="no eval_results.json, metrics.jsonl, run_info.json"):
         scratch_curves.main([str(tmp_path / "nothing")])
