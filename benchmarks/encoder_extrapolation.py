@@ -31,6 +31,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from algos.models.maze_vlm import MazeVLMImageProcessor, RecurrentConvEncoder  # noqa: E402
+from mazegym.envs.vismaze import VisMazeEnv  # noqa: E402
+from mazegym.evalsets import EVAL_SETS, MazeStream, load_eval_set  # noqa: E402
+from mazegym.maze import MazeSpec  # noqa: E402
+from mazegym.solver import bfs_distances, next_cell  # noqa: E402
+
 SETS = {
     5: "heldout-5x5",
     7: "heldout-7x7",
@@ -44,9 +54,12 @@ SETS = {
     33: "heldout-33x33",
 }
 
+DEPTH = 20
+"""The encoder's iterations on a 9x9 maze, which ``--iterations`` scales by size."""
 
-def main(argv: list[str] | None = None) -> int:
-    """Train the encoder on 9x9 moves, then print (and optionally write) its walk solve rate per size and depth."""
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line's options, checked."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--state", choices=("residual", "gated"), default="residual", help="the state update")
     parser.add_argument("--progressive", type=float, default=0.0, help="weight of the progressive loss (0 = off)")
@@ -112,71 +125,93 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any(s not in SETS for s in args.sizes) or not 0.0 <= args.progressive <= 1.0 or args.steps < 1:
         parser.error(f"sizes must be among {sorted(SETS)}, --progressive in [0, 1], --steps >= 1")
+    if args.model is not None:
+        args.steps = 0  # a saved encoder is played as it is
+    return args
 
-    import numpy as np
-    import torch
-    from torch import nn
 
-    from algos.models.maze_vlm import MazeVLMImageProcessor, RecurrentConvEncoder
-    from mazegym.envs.vismaze import VisMazeEnv
-    from mazegym.evalsets import EVAL_SETS, MazeStream, load_eval_set
-    from mazegym.maze import MazeSpec
-    from mazegym.solver import bfs_distances, next_cell
+class Frames:
+    """Renders maze specs through the env and the MazeVLM image processor into ``(mazes, size, size, pixels)``."""
 
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(args.seed)
-    processor = MazeVLMImageProcessor(cell_px=25, patch_px=5, tokens="agent")
-    envs: dict[int, VisMazeEnv] = {}
-    depth = 20
-    encoder = RecurrentConvEncoder(5, args.width, depth, tokens="agent", state=args.state)
+    def __init__(self) -> None:
+        self.processor = MazeVLMImageProcessor(cell_px=25, patch_px=5, tokens="agent")
+        self.envs: dict[int, VisMazeEnv] = {}
+
+    def grids(self, specs: list[MazeSpec]) -> torch.Tensor:
+        """The patches of each spec's first frame, on the cell grid (all specs of one size)."""
+        images = []
+        for spec in specs:
+            env = self.envs.setdefault(spec.size, VisMazeEnv(size=spec.size, max_moves=10_000, obs_mode="image"))
+            images.append(env.reset(options={"maze": spec})[0]["image"])
+        pixels = self.processor(images=images, return_tensors="pt")["pixel_values"]
+        return pixels.reshape(len(specs), specs[0].size, specs[0].size, -1)
+
+
+def build_encoder(args: argparse.Namespace) -> tuple[RecurrentConvEncoder, nn.Linear]:
+    """The encoder to train (or the one saved at ``--model``) and the path loss's own head."""
+    encoder = RecurrentConvEncoder(5, args.width, DEPTH, tokens="agent", state=args.state)
     if args.model is not None:
         import algos.models  # noqa: F401  (registers MazeVLM)
         from algos.models.maze_vlm import MazeVLMForConditionalGeneration
 
         encoder = MazeVLMForConditionalGeneration.from_pretrained(args.model).vision_tower.eval()
-        args.steps = 0
     path_head = nn.Linear(2 * args.width, 1)
     if args.init_std > 0 and args.model is None:
         for module in [*encoder.modules(), path_head]:
             if isinstance(module, (nn.Linear, nn.Conv2d)):
                 nn.init.normal_(module.weight, std=args.init_std)
                 nn.init.zeros_(module.bias)
+    return encoder, path_head
+
+
+def decisions(encoder: RecurrentConvEncoder, grid: torch.Tensor, free: int, trained: int) -> torch.Tensor:
+    """Decision features of every cell after ``free`` iterations without gradient and ``trained`` with it."""
+    recall = torch.relu(encoder.patch_embed(grid)).permute(0, 3, 1, 2)
+    state = None  # all zeros
+    with torch.no_grad():
+        weights = encoder.step_weights(recall)
+        for _ in range(free):
+            state = encoder.step(state, *weights)
+    weights = encoder.step_weights(recall)
+    for _ in range(trained):
+        state = encoder.step(state, *weights)
+    state = torch.zeros_like(recall) if state is None else state
+    out = torch.relu(encoder.readout(torch.cat([state, recall], 1)))
+    return out.permute(0, 2, 3, 1).reshape(grid.shape[0], -1, out.shape[1])
+
+
+def oracle_batch(stream: MazeStream, rng: np.random.Generator, batch: int, with_paths: bool) -> tuple:
+    """``batch`` fresh mazes, each with a random open cell as the agent's: (specs, cell indices, BFS moves, and per
+    cell whether it is on the shortest path from the agent to the goal, or None)."""
+    specs, cells, moves, paths = [], [], [], []
+    while len(specs) < batch:
+        maze = next(stream)
+        distance = bfs_distances(maze.grid, maze.goal)
+        open_cells = [(int(r), int(c)) for r, c in np.argwhere(~maze.grid) if (int(r), int(c)) != maze.goal]
+        cell = open_cells[int(rng.integers(len(open_cells)))]
+        steps_to_goal = [distance[n] if (n := next_cell(maze.grid, cell, a)) != cell else math.inf for a in range(4)]
+        specs.append(MazeSpec(maze.grid, cell, maze.goal))
+        cells.append(cell[0] * maze.size + cell[1])
+        moves.append(int(np.argmin(steps_to_goal)))
+        if with_paths:
+            from_agent = bfs_distances(maze.grid, cell)
+            paths.append((distance + from_agent == distance[cell]).reshape(-1))
+    paths_t = torch.tensor(np.stack(paths), dtype=torch.float32) if paths else None
+    return specs, torch.tensor(cells), torch.tensor(moves), paths_t
+
+
+def train(encoder: RecurrentConvEncoder, path_head: nn.Linear, frames: Frames, args: argparse.Namespace) -> None:
+    """Train the encoder on BFS moves (and the path loss) at random open cells of fresh mazes, ``--steps`` batches."""
+    rng = np.random.default_rng(args.seed)
     optimizer = torch.optim.AdamW([*encoder.parameters(), *path_head.parameters()], lr=args.lr, weight_decay=0.0)
+    ratio = args.final_lr_ratio
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda done: (
-            args.final_lr_ratio + (1 - args.final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done / max(args.steps, 1)))
-        ),
+        optimizer, lambda done: ratio + (1 - ratio) * 0.5 * (1 + math.cos(math.pi * done / max(args.steps, 1)))
     )
 
-    def grids(specs: list) -> torch.Tensor:
-        images = []
-        for spec in specs:
-            env = envs.setdefault(spec.size, VisMazeEnv(size=spec.size, max_moves=10_000, obs_mode="image"))
-            images.append(env.reset(options={"maze": spec})[0]["image"])
-        pixels = processor(images=images, return_tensors="pt")["pixel_values"]
-        return pixels.reshape(len(specs), specs[0].size, specs[0].size, -1)
-
-    def decisions(grid: torch.Tensor, free: int, trained: int) -> torch.Tensor:
-        """Decision features of every cell after ``free`` iterations without gradient and ``trained`` with it."""
-        recall = torch.relu(encoder.patch_embed(grid)).permute(0, 3, 1, 2)
-        state = None  # all zeros
-        with torch.no_grad():
-            weights = encoder.step_weights(recall)
-            for _ in range(free):
-                state = encoder.step(state, *weights)
-        weights = encoder.step_weights(recall)
-        for _ in range(trained):
-            state = encoder.step(state, *weights)
-        state = torch.zeros_like(recall) if state is None else state
-        out = torch.relu(encoder.readout(torch.cat([state, recall], 1)))
-        return out.permute(0, 2, 3, 1).reshape(grid.shape[0], -1, out.shape[1])
-
-    def move_loss(grid: torch.Tensor, cells: torch.Tensor, moves: torch.Tensor, free: int, trained: int, paths=None):
-        decision = decisions(grid, free, trained)
-        logits = encoder.action_head(decision[torch.arange(len(cells)), cells])
-        loss = nn.functional.cross_entropy(logits, moves)
+    def move_loss(grid, cells, moves, free, trained, paths=None):
+        decision = decisions(encoder, grid, free, trained)
+        loss = nn.functional.cross_entropy(encoder.action_head(decision[torch.arange(len(cells)), cells]), moves)
         if paths is not None and args.path_weight > 0:
             on_path = path_head(decision).squeeze(-1)
             loss = loss + args.path_weight * nn.functional.binary_cross_entropy_with_logits(on_path, paths)
@@ -187,33 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(1, args.steps + 1):
         size = int(rng.choice(args.train_sizes))
         depth = int(rng.integers(args.train_depth[0], args.train_depth[1] + 1))
-        specs, cells, moves, paths = [], [], [], []
-        while len(specs) < args.batch:
-            maze = next(streams[size])
-            distance = bfs_distances(maze.grid, maze.goal)
-            open_cells = [(int(r), int(c)) for r, c in np.argwhere(~maze.grid) if (int(r), int(c)) != maze.goal]
-            cell = open_cells[int(rng.integers(len(open_cells)))]
-            steps_to_goal = [
-                distance[n] if (n := next_cell(maze.grid, cell, a)) != cell else math.inf for a in range(4)
-            ]
-            specs.append(MazeSpec(maze.grid, cell, maze.goal))
-            cells.append(cell[0] * size + cell[1])
-            moves.append(int(np.argmin(steps_to_goal)))
-            if args.path_weight > 0:
-                from_agent = bfs_distances(maze.grid, cell)
-                paths.append((distance + from_agent == distance[cell]).reshape(-1))
-        grid, cells_t, moves_t = grids(specs), torch.tensor(cells), torch.tensor(moves)
-        paths_t = torch.tensor(np.stack(paths), dtype=torch.float32) if paths else None
+        specs, cells, moves, paths = oracle_batch(streams[size], rng, args.batch, args.path_weight > 0)
+        grid = frames.grids(specs)
         scores = encoder.agent_score(grid.reshape(len(specs), size * size, -1)).squeeze(-1) * encoder.score_scale
-        loss = nn.functional.cross_entropy(scores, cells_t)
+        loss = nn.functional.cross_entropy(scores, cells)
         if args.progressive < 1.0:
             free = max(0, depth - args.grad_iterations) if args.grad_iterations else 0
-            loss = loss + (1 - args.progressive) * move_loss(grid, cells_t, moves_t, free, depth - free, paths_t)
+            loss = loss + (1 - args.progressive) * move_loss(grid, cells, moves, free, depth - free, paths)
         if args.progressive > 0.0:
             free = int(rng.integers(0, depth))
-            loss = loss + args.progressive * move_loss(
-                grid, cells_t, moves_t, free, int(rng.integers(1, depth - free + 1))
-            )
+            loss = loss + args.progressive * move_loss(grid, cells, moves, free, int(rng.integers(1, depth - free + 1)))
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
@@ -222,23 +240,52 @@ def main(argv: list[str] | None = None) -> int:
         if step % 20 == 0:
             print(f"step {step}: loss {loss.item():.3f} ({time.perf_counter() - started:.0f} s)", flush=True)
 
-    @torch.no_grad()
-    def walk_solve_rate(name: str, iterations: int, first: int) -> float:
-        specs = load_eval_set(name)[:first]
-        position, done = [s.start for s in specs], [False] * len(specs)
-        for _ in range(EVAL_SETS[name].max_moves):
-            active = [i for i in range(len(specs)) if not done[i]]
-            if not active:
-                break
-            grid = grids([MazeSpec(specs[i].grid, position[i], specs[i].goal) for i in active])
-            size = specs[0].size
-            at = torch.tensor([position[i][0] * size + position[i][1] for i in active])
-            chosen = encoder.action_head(decisions(grid, iterations, 0)[torch.arange(len(active)), at]).argmax(-1)
-            for i, move in zip(active, chosen.tolist()):
-                position[i] = next_cell(specs[i].grid, position[i], move)
-                done[i] = position[i] == specs[i].goal
-        return sum(done) / len(specs)
 
+@torch.no_grad()
+def walk_solve_rate(encoder: RecurrentConvEncoder, frames: Frames, name: str, iterations: int, first: int) -> float:
+    """Share of the first ``first`` mazes of set ``name`` that the encoder's own greedy moves walk to the goal."""
+    specs = load_eval_set(name)[:first]
+    position, done = [s.start for s in specs], [False] * len(specs)
+    for _ in range(EVAL_SETS[name].max_moves):
+        active = [i for i in range(len(specs)) if not done[i]]
+        if not active:
+            break
+        grid = frames.grids([MazeSpec(specs[i].grid, position[i], specs[i].goal) for i in active])
+        size = specs[0].size
+        at = torch.tensor([position[i][0] * size + position[i][1] for i in active])
+        chosen = encoder.action_head(decisions(encoder, grid, iterations, 0)[torch.arange(len(active)), at]).argmax(-1)
+        for i, move in zip(active, chosen.tolist()):
+            position[i] = next_cell(specs[i].grid, position[i], move)
+            done[i] = position[i] == specs[i].goal
+    return sum(done) / len(specs)
+
+
+def play_every_size(encoder: RecurrentConvEncoder, frames: Frames, args: argparse.Namespace) -> dict[str, float]:
+    """Solve rate per ``"size@iterations"``, printed as a markdown table row by row."""
+    rates = {}
+    print(f"\n| size | {' | '.join([f'{m:g}x depth' for m in args.iterations] + [f'{n} it.' for n in args.at])} |")
+    print("|---|" + "---|" * (len(args.iterations) + len(args.at)))
+    for size in args.sizes:
+        cells = []
+        scaled = DEPTH * size / 9 if args.rule == "linear" else DEPTH * (size / 9) ** 2
+        counts = [max(1, math.ceil(scaled * m)) for m in args.iterations] + list(args.at)
+        for iterations in counts:
+            rate = walk_solve_rate(encoder, frames, SETS[size], iterations, 64 if size == 9 else args.first)
+            rates[f"{size}@{iterations}"] = rate
+            cells.append(f"{rate:.1%} ({iterations} it.)")
+        print(f"| {size}x{size} | {' | '.join(cells)} |", flush=True)
+    return rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train the encoder on 9x9 moves, then print (and optionally write) its walk solve rate per size and depth."""
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    frames = Frames()
+    encoder, path_head = build_encoder(args)
+    started = time.perf_counter()
+    train(encoder, path_head, frames, args)
     record = {
         "model": str(args.model) if args.model else None,
         "state": args.state,
@@ -246,20 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "seed": args.seed,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "train_seconds": time.perf_counter() - started,
     }
-    record["train_seconds"], record["rates"] = time.perf_counter() - started, {}
-    print(f"\n| size | {' | '.join([f'{m:g}x depth' for m in args.iterations] + [f'{n} it.' for n in args.at])} |")
-    print("|---|" + "---|" * (len(args.iterations) + len(args.at)))
-    depth = 20
-    for size in args.sizes:
-        cells = []
-        scaled = depth * size / 9 if args.rule == "linear" else depth * (size / 9) ** 2
-        counts = [max(1, math.ceil(scaled * m)) for m in args.iterations] + list(args.at)
-        for iterations in counts:
-            rate = walk_solve_rate(SETS[size], iterations, 64 if size == 9 else args.first)
-            record["rates"][f"{size}@{iterations}"] = rate
-            cells.append(f"{rate:.1%} ({iterations} it.)")
-        print(f"| {size}x{size} | {' | '.join(cells)} |", flush=True)
+    record["rates"] = play_every_size(encoder, frames, args)
     if args.json is not None:
         from runners.atomic import write_json
 

@@ -182,6 +182,26 @@ def test_encoder_extrapolation_benchmark_trains_and_walks_every_size(tmp_path):
     assert set(record["rates"]) == {"11@30"} and record["settings"]["init_std"] == 0.1
 
 
+def test_recurrent_rl_probe_runs_its_iteration_budget_and_survives_an_iteration_with_nothing_to_learn(capsys):
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import recurrent_rl_probe
+
+    small = ["--sft-steps", "2", "--mazes", "2", "--group", "2", "--rl-iterations", "5"]
+    recurrent_rl_probe.main([*small, "--mode", "branch", "--branch-loss", "grpo"])
+    printed = capsys.readouterr().out
+    assert re.search(r"^SFT 2 steps in \d+s: solved \d+/64$", printed, re.M)
+    # Every open cell of 2 mazes is an anchor; an untrained head's greedy walks differ by first move somewhere.
+    assert int(re.search(r"^iteration 5 .* rows (\d+), greedy solved \d+/64$", printed, re.M).group(1)) > 0
+    # An iteration whose moves all score alike has no rows: the update leaves the weights as they are.
+    policy = recurrent_rl_probe.EncoderPolicy(recurrent_rl_probe.parse_args(small))
+    before = [p.detach().clone() for p in policy.encoder.parameters()]
+    optimizer = torch.optim.AdamW(policy.encoder.parameters(), lr=1e-3)
+    recurrent_rl_probe.update(policy, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: 1.0), [], 0)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.encoder.parameters()))
+
+
 def test_the_examples_page_lists_every_example():
     listed = set(re.findall(r"`(\d\d_\w+\.py)`", (ROOT / "examples" / "README.md").read_text()))
     assert listed == {p.name for p in (ROOT / "examples").glob("[0-9][0-9]_*.py")}
