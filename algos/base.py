@@ -442,18 +442,46 @@ class Algorithm:
             keep = losses.zero_variance_mask(self.filter_returns(episodes), group_ids)
             episodes = [ep for ep, k in zip(episodes, keep.tolist()) if k]
         metrics["kept_episode_frac"] = len(episodes) / max(len(returns), 1)
+        scored = self._scored_turns(episodes, metrics)
+        if scored is None:
+            return self._skipped(metrics)
+        turns, owner, turns_idx, batch = scored
+        max_len = c.max_len or batch["mask"].shape[1]
+        sums, steps = self._epochs(
+            turns, batch, turns_idx, [episodes[int(owner[i])].group_id for i in turns_idx], max_len
+        )
+        self.scheduler.step()
+        self.num_updates += 1
+        metrics.update({k: v / steps for k, v in sums.items()})
+        metrics["loss"] = metrics.pop("total_loss")
+        metrics.setdefault("entropy", float("nan"))
+        metrics.update(
+            num_turns=float(len(turns_idx)),
+            num_tokens=float(batch["mask"].sum().item()),
+            optimizer_steps=float(steps),
+            lr=self.scheduler.get_last_lr()[0],
+            skipped=0.0,
+        )
+        return metrics
 
+    def _scored_turns(
+        self, episodes: list[Episode], metrics: dict[str, float]
+    ) -> tuple[list[Turn], torch.Tensor, list[int], dict[str, torch.Tensor]] | None:
+        """``(turns, owner, trained rows, batch)``: the episodes' turns with each one's episode index, the rows the
+        update trains on, and their scored batch (old log-probs, advantages, value targets); None when no turn is
+        left to train. Writes the batch's diagnostics into ``metrics``."""
+        c = self.config
         turns, owner = episode_turns(episodes)
         turns_idx = [i for i, t in enumerate(turns) if t.response_ids]
         if not turns_idx:
-            return self._skipped(metrics)
+            return None
         if c.skip_zero_advantage:
             # The advantages need no critic here (check_config), so they come before the scoring pass.
             advantages, value_targets = self._weighted_advantages(episodes, None)
             turns_idx = [i for i in turns_idx if advantages[i] != 0]
             metrics["trained_turn_frac"] = len(turns_idx) / len(turns)
             if not turns_idx:
-                return self._skipped(metrics)
+                return None
             turns, owner, advantages = [turns[i] for i in turns_idx], owner[turns_idx], advantages[turns_idx]
             turns_idx = list(range(len(turns)))
             batch = self.score_batch(turns)
@@ -469,38 +497,29 @@ class Algorithm:
         metrics["adv_abs_mean"] = advantages.abs().mean().item()
         if "rollout_logprob_diff" in batch:
             metrics["rollout_logprob_diff"] = batch.pop("rollout_logprob_diff").item()
-        max_len = c.max_len or batch["mask"].shape[1]
+        return turns, owner, turns_idx, batch
 
+    def _epochs(
+        self, turns: list[Turn], batch: dict[str, torch.Tensor], turns_idx: list[int], groups: list[int], max_len: int
+    ) -> tuple[dict[str, float], int]:
+        """``epochs`` passes of optimizer steps over the rows ``turns_idx`` (each in group ``groups[j]``): the summed
+        step metrics and the number of steps."""
+        c = self.config
         sums: dict[str, float] = defaultdict(float)
         steps = 0
         index = torch.tensor(turns_idx)
         mb_size = c.minibatch_size or len(index)
         for _ in range(c.epochs):
             if c.minibatch_groups:
-                minibatches = self._group_minibatches(
-                    index, [episodes[int(owner[i])].group_id for i in turns_idx], mb_size
-                )
+                minibatches = self._group_minibatches(index, groups, mb_size)
             else:
                 order = index[torch.randperm(len(index), generator=self.generator)]
                 minibatches = [order[start : start + mb_size] for start in range(0, len(order), mb_size)]
             for rows in minibatches:
-                step_metrics = self._optimizer_step(turns, batch, rows, max_len)
-                for k, v in step_metrics.items():
+                for k, v in self._optimizer_step(turns, batch, rows, max_len).items():
                     sums[k] += v
                 steps += 1
-        self.scheduler.step()
-        self.num_updates += 1
-        metrics.update({k: v / steps for k, v in sums.items()})
-        metrics["loss"] = metrics.pop("total_loss")
-        metrics.setdefault("entropy", float("nan"))
-        metrics.update(
-            num_turns=float(len(turns_idx)),
-            num_tokens=float(batch["mask"].sum().item()),
-            optimizer_steps=float(steps),
-            lr=self.scheduler.get_last_lr()[0],
-            skipped=0.0,
-        )
-        return metrics
+        return sums, steps
 
     def _weighted_advantages(
         self, episodes: list[Episode], values: torch.Tensor | None
