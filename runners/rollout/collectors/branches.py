@@ -335,6 +335,7 @@ def collect_branches(
     greedy_config = SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, top_p=1.0, seed=None)
     continuations = [greedy_config] + [config.sampling(seed * 7919 + w + 1) for w in range(settings.worlds)]
     worths: list[dict[tuple[int, int], np.ndarray]] = []  # [maze] -> cell -> worth of each move
+    probs, move_mass = None, None
     if settings.continuation == "greedy":
         # [continuation][maze] -> moves to the goal per cell
         togo = [_walks_to_goal(generator, mazes, anchors, prompts, sampling, config) for sampling in continuations]
@@ -345,9 +346,35 @@ def collect_branches(
         # not say what greedy decoding writes). A measurement, not experience: not counted in the turns.
         togo = [_walks_to_goal(generator, mazes, anchors, prompts, greedy_config, config)]
         move_mass = float(np.mean(probs.sum(axis=1))) if len(probs) else 0.0
-    elapsed = time.perf_counter() - t0
-    episodes = []
-    settled = 0
+    info = {"seed": seed, "rollout_seconds": time.perf_counter() - t0}
+    episodes, settled = _anchor_branches(
+        mazes, anchors, prompts, togo, worths, probs, replies, config, version, info, group_offset
+    )
+    # Every anchor was asked once per continuation (greedy) or scored once; the branches are the environment's moves
+    # from there.
+    queries = len(anchors) * (len(continuations) if settings.continuation == "greedy" else 1)
+    _record_queries(episodes, queries, settled / max(1, len(anchors)), move_mass)
+    return episodes
+
+
+def _anchor_branches(
+    mazes: Sequence[MazeSpec],
+    anchors: Sequence[tuple[int, tuple[int, int]]],
+    prompts: Sequence[Prompt],
+    togo: list[list[dict[tuple[int, int], int | None]]],
+    worths: list[dict[tuple[int, int], np.ndarray]],
+    probs: np.ndarray | None,
+    replies: list[list[int]],
+    config: RolloutConfig,
+    version: int,
+    step_info: dict,
+    group_offset: int,
+) -> tuple[list[Episode], int]:
+    """``(episodes, settled)``: the 4 branches of every anchor cell (the worths' values when given, else the
+    continuations' walks ``togo``), and how many anchors were left out as settled. ``step_info`` holds the step's
+    seed and rollout seconds."""
+    settings: BranchSettings = config.collector
+    episodes, settled = [], 0
     for j, ((i, cell), prompt) in enumerate(zip(anchors, prompts)):
         maze = mazes[i]
         cell_walks = [per_maze[i] for per_maze in togo]
@@ -356,23 +383,24 @@ def collect_branches(
         )
         best = max(values)
         is_best = [values[k] == best for k in range(4)]
-        if worths and best > 0 and settings.settled < 1.0 and is_settled(probs[j], is_best, settings.settled):
+        if (
+            probs is not None
+            and best > 0
+            and settings.settled < 1.0
+            and is_settled(probs[j], is_best, settings.settled)
+        ):
             settled += 1
             continue
         info = {
-            "seed": seed,
+            "seed": step_info["seed"],
             "size": maze.size,
             "finish_reasons": ["branch"],
             "greedy_solves_start": togo[0][i].get(maze.start) is not None,
-            "rollout_seconds": elapsed,
+            "rollout_seconds": step_info["rollout_seconds"],
         }
         group_id = (group_offset + i) * GROUP_CELLS + cell[0] * maze.size + cell[1]
         episodes += _branches(maze, cell, prompt, values, moves, replies, settings.reward, group_id, version, info)
-    # Every anchor was asked once per continuation (greedy) or scored once; the branches are the environment's moves
-    # from there.
-    queries = len(anchors) * (len(continuations) if settings.continuation == "greedy" else 1)
-    _record_queries(episodes, queries, settled / max(1, len(anchors)), move_mass if worths else None)
-    return episodes
+    return episodes, settled
 
 
 def _record_queries(episodes: list[Episode], queries: int, settled_frac: float, move_mass: float | None) -> None:
