@@ -166,6 +166,10 @@ def move_limit(size: int) -> int:
     return limits[size]
 
 
+SHAPE_PROBES = 200
+"""Mazes :class:`MazeStream` draws of each of its shapes when it is built, to refuse a shape it could never yield."""
+
+
 class MazeStream:
     """Endless, resumable iterator of training mazes, disjoint from the evaluation sets.
 
@@ -209,6 +213,7 @@ class MazeStream:
             if shape_size != size:
                 move_limit(shape_size)
             sample_maze(np.random.default_rng(0), shape_size, **self._shape(shape))
+            self._refuse_if_barren(shape)
 
     def _shape(self, shape: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -216,6 +221,33 @@ class MazeStream:
             "extra_openings": float(shape.get("extra_openings", self.extra_openings)),
             "start_goal": shape.get("start_goal", self.start_goal),
         }
+
+    def _refuse_if_barren(self, shape: dict[str, Any]) -> None:
+        """Raise when none of :data:`SHAPE_PROBES` draws of ``shape`` could be yielded: the stream would skip every
+        maze of it and quietly train on the other shapes (every perfect 5x5 maze from corner to corner is in
+        ``heldout-5x5``, say)."""
+        rng = np.random.default_rng([STREAM_SALT, len(SHAPE_KEYS)])  # the same probes whatever the stream's seed
+        size = int(shape.get("size", self.size))
+        reasons = [self._skip_reason(sample_maze(rng, size, **self._shape(shape))) for _ in range(SHAPE_PROBES)]
+        if None in reasons:
+            return
+        counts = ", ".join(f"{reasons.count(r)} {r}" for r in sorted(set(reasons)))
+        raise ValueError(
+            f"maze shape {shape or '(the stream default)'} at {size}x{size} can never be yielded: of {SHAPE_PROBES} "
+            f"probe draws, {counts}; change the shape (start_goal: random, extra_openings or another size)"
+        )
+
+    def _skip_reason(self, spec: MazeSpec) -> str | None:
+        """Why the stream passes over ``spec`` (None: it yields it): an evaluation maze, or a shortest path over its
+        size's bound."""
+        from mazegym.solver import optimal_moves  # local: keeps module import light
+
+        if self.exclude_eval and is_eval_maze(spec.maze_id):
+            return "are evaluation mazes"
+        bound = self._moves_bound(spec.size)
+        if bound is not None and optimal_moves(spec.grid, spec.start, spec.goal) > bound:
+            return f"need more than {bound} moves"
+        return None
 
     def _sample(self, rng: np.random.Generator) -> MazeSpec:
         shape = self.shapes[int(rng.integers(len(self.shapes)))] if self.shapes else {}
@@ -229,17 +261,11 @@ class MazeStream:
         return self
 
     def __next__(self) -> MazeSpec:
-        from mazegym.solver import optimal_moves  # local: keeps module import light
-
         for _ in range(self.MAX_CONSECUTIVE_SKIPS):
             rng = np.random.default_rng([self.seed, self.index, STREAM_SALT])
             self.index += 1
             spec = self._sample(rng)
-            if self.exclude_eval and is_eval_maze(spec.maze_id):
-                self.skipped += 1
-                continue
-            bound = self._moves_bound(spec.size)
-            if bound is not None and optimal_moves(spec.grid, spec.start, spec.goal) > bound:
+            if self._skip_reason(spec) is not None:
                 self.skipped += 1
                 continue
             return spec

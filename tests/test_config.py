@@ -188,6 +188,7 @@ def test_validation_errors_say_what_to_fix(override, message):
             "model.eval_vision_iterations is ignored when model.vision_iterations_by_area=true",
         ),
         ('maze.rl_shapes=[{"size":12}]', "maze.rl_shapes=.*no registered env has 12x12 mazes"),
+        ('maze.rl_shapes=[{"size":5},{}]', "maze.rl_shapes=.*can never be yielded: of 200 probe draws, 200 are eval"),
         ("rollout.collector.continuation=greedy rollout.collector.settled=0.5", "settled needs the scored move"),
         ("rollout.collector.gamma=0", "rollout.collector.gamma=0.0 is out of range: it must be > 0"),
     ],

@@ -172,10 +172,20 @@ def test_stream_filter_on_optimal_moves():
         for _, m in zip(range(100), MazeStream(size=11, seed=0, max_optimal_moves=20))
     ]
     assert max(lengths) <= 20 and min(lengths) == 16  # 16 = Manhattan distance between opposite corners
-    impossible = MazeStream(size=11, seed=0, max_optimal_moves=12)
-    impossible.MAX_CONSECUTIVE_SKIPS = 50
-    with pytest.raises(RuntimeError, match="max_optimal_moves"):
-        next(impossible)
+    with pytest.raises(ValueError, match="of 200 probe draws, 200 need more than 12 moves"):
+        MazeStream(size=11, seed=0, max_optimal_moves=12)  # 16 moves at least, corner to corner
+
+
+def test_a_shape_the_stream_could_never_yield_is_refused_when_it_is_built():
+    """Every perfect 5x5 maze from corner to corner is an evaluation maze: a stream mixing them in would skip each one
+    and train on the other shapes alone, so it is refused, naming the shape; the same size with random start and goal
+    is accepted and yields 5x5 mazes beside the 9x9 ones."""
+    with pytest.raises(ValueError, match=r"maze shape \{'size': 5\} at 5x5 can never be yielded: .* evaluation mazes"):
+        MazeStream(size=9, shapes=[{"size": 5}, {}])
+    mixed = MazeStream(size=9, seed=0, shapes=[{"size": 5, "start_goal": "random"}, {}])
+    sizes = [next(mixed).size for _ in range(40)]
+    assert 10 <= sizes.count(5) <= 30 and sizes.count(5) + sizes.count(9) == 40
+    assert not any(is_eval_maze(next(mixed).maze_id) for _ in range(40))
 
 
 def test_unknown_or_bad_config_fails_fast():

@@ -143,7 +143,12 @@ def _mazes(config: TrainConfig) -> list[str]:
             "the set of your size"
         ]
     try:
-        MazeStream(config.maze.size, generator=config.maze.generator, shapes=config.maze.rl_shapes, exclude_eval=False)
+        MazeStream(
+            config.maze.size,
+            generator=config.maze.generator,
+            max_optimal_moves=config.rollout.max_moves,
+            shapes=config.maze.rl_shapes,
+        )
     except (TypeError, ValueError, AttributeError) as exc:
         return [f"maze.rl_shapes={config.maze.rl_shapes!r}: {exc}"]
     r = config.rollout
