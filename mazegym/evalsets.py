@@ -212,8 +212,7 @@ class MazeStream:
             shape_size = int(shape.get("size", size))
             if shape_size != size:
                 move_limit(shape_size)
-            sample_maze(np.random.default_rng(0), shape_size, **self._shape(shape))
-            self._refuse_if_barren(shape)
+            self._refuse_if_barren(shape)  # its first draw also checks the shape's generator and settings
 
     def _shape(self, shape: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -226,11 +225,14 @@ class MazeStream:
         """Raise when none of :data:`SHAPE_PROBES` draws of ``shape`` could be yielded: the stream would skip every
         maze of it and quietly train on the other shapes (every perfect 5x5 maze from corner to corner is in
         ``heldout-5x5``, say)."""
-        rng = np.random.default_rng([STREAM_SALT, len(SHAPE_KEYS)])  # the same probes whatever the stream's seed
+        rng = np.random.default_rng(STREAM_SALT)  # the same probes whatever the stream's seed
         size = int(shape.get("size", self.size))
-        reasons = [self._skip_reason(sample_maze(rng, size, **self._shape(shape))) for _ in range(SHAPE_PROBES)]
-        if None in reasons:
-            return
+        reasons = []
+        for _ in range(SHAPE_PROBES):  # stops at the first maze it could yield: usually the first draw
+            reason = self._skip_reason(sample_maze(rng, size, **self._shape(shape)))
+            if reason is None:
+                return
+            reasons.append(reason)
         counts = ", ".join(f"{reasons.count(r)} {r}" for r in sorted(set(reasons)))
         raise ValueError(
             f"maze shape {shape or '(the stream default)'} at {size}x{size} can never be yielded: of {SHAPE_PROBES} "
