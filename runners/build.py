@@ -29,7 +29,7 @@ from runners.train.run_info import record_invocation, release_freed_memory
 from runners.train.run_lock import run_dir_lock
 from runners.config import TrainConfig, to_dict, validate
 from runners.config.overrides import defaults_like
-from runners.config.derived import env_kwargs, max_images_per_prompt, rollout_config
+from runners.config.derived import env_kwargs, max_images_per_prompt, rl_stream_args, sft_stream_args
 from runners.config.migrate import migrate
 from runners.config.runner import update_threads
 from runners.train import sft as sftmod
@@ -238,23 +238,12 @@ def build_training(
 
 def build_stream(config: TrainConfig) -> MazeStream:
     """The RL training maze stream (seeded by ``maze.stream_seed``; never yields an evaluation maze)."""
-    return MazeStream(
-        size=config.maze.size,
-        seed=config.maze.stream_seed,
-        generator=config.maze.generator,
-        max_optimal_moves=config.rollout.max_moves,
-        shapes=config.maze.rl_shapes,
-    )
+    return MazeStream(**rl_stream_args(config))
 
 
 def build_sft_stream(config: TrainConfig) -> MazeStream:
     """The SFT demonstration maze stream (``maze.stream_seed + 1``: other mazes than RL's)."""
-    return MazeStream(
-        size=config.maze.size,
-        seed=config.maze.stream_seed + 1,
-        generator=config.maze.generator,
-        max_optimal_moves=rollout_config(config).max_moves,
-    )
+    return MazeStream(**sft_stream_args(config))
 
 
 def run_sft(config: TrainConfig, log: Callable[[str], None] = print, metrics: MetricsLogger | None = None) -> Path:

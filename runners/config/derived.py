@@ -1,4 +1,5 @@
-"""Settings a run derives from its config: the rollout settings actually used, and per-step seeds."""
+"""Settings a run derives from its config: the rollout settings actually used, the maze streams' arguments, and
+per-step seeds."""
 
 from __future__ import annotations
 
@@ -24,6 +25,31 @@ def env_kwargs(config: TrainConfig) -> dict[str, Any]:
 def rollout_config(config: TrainConfig) -> RolloutConfig:
     """The rollout settings actually used (config.rollout plus implied env kwargs)."""
     return dataclasses.replace(config.rollout, env_kwargs=env_kwargs(config))
+
+
+def rl_stream_args(config: TrainConfig) -> dict[str, Any]:
+    """``MazeStream`` arguments of the RL training stream: ``maze.rl_shapes`` at ``maze.stream_seed``, no maze longer
+    than the move limit."""
+    maze = config.maze
+    return dict(
+        size=maze.size,
+        seed=maze.stream_seed,
+        generator=maze.generator,
+        max_optimal_moves=config.rollout.max_moves,
+        shapes=maze.rl_shapes,
+    )
+
+
+def sft_stream_args(config: TrainConfig) -> dict[str, Any]:
+    """``MazeStream`` arguments of the SFT demonstration stream: ``maze.stream_seed + 1`` (other mazes than RL's),
+    mazes of ``maze.size`` only."""
+    maze = config.maze
+    return dict(
+        size=maze.size,
+        seed=maze.stream_seed + 1,
+        generator=maze.generator,
+        max_optimal_moves=config.rollout.max_moves,
+    )
 
 
 def eval_vision_iterations(config: TrainConfig, base: int | None, size: int) -> int | None:

@@ -134,6 +134,7 @@ def _model(config: TrainConfig, need_model: bool) -> list[str]:
 def _mazes(config: TrainConfig) -> list[str]:
     """The eval set's mazes have the training size; the RL stream's shapes and the env's settings are valid."""
     from mazegym.evalsets import EVAL_SETS, MazeStream
+    from runners.config.derived import rl_stream_args
     from runners.rollout.env import make_env
 
     size = EVAL_SETS[config.maze.eval_set].size
@@ -142,13 +143,8 @@ def _mazes(config: TrainConfig) -> list[str]:
             f"maze.eval_set={config.maze.eval_set!r} has {size}x{size} mazes but maze.size={config.maze.size}; pick "
             "the set of your size"
         ]
-    try:
-        MazeStream(
-            config.maze.size,
-            generator=config.maze.generator,
-            max_optimal_moves=config.rollout.max_moves,
-            shapes=config.maze.rl_shapes,
-        )
+    try:  # the stream the run will draw from, built as the run builds it
+        MazeStream(**rl_stream_args(config))
     except (TypeError, ValueError, AttributeError) as exc:
         return [f"maze.rl_shapes={config.maze.rl_shapes!r}: {exc}"]
     r = config.rollout
