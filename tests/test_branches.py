@@ -335,7 +335,7 @@ def _random_policy(maze, rng, concentration):
 
 def test_sampled_worlds_never_label_a_wrong_move_and_more_worlds_label_more_cells():
     rng = np.random.default_rng(0)
-    labelled = {0: 0, 8: 0, 64: 0}
+    labelled = {0: 0, 8: 0, 64: 0, 1024: 0}
     for maze in _mazes(6, size=9, seed=2):
         probs = _random_policy(maze, rng, concentration=0.3)
         for samples in labelled:
@@ -348,7 +348,7 @@ def test_sampled_worlds_never_label_a_wrong_move_and_more_worlds_label_more_cell
                     # In a perfect maze every world's successful walk passes the goal-ward neighbour
                     # without looping, so the goal-ward move is strictly the best one.
                     assert np.argmax(v) == _bfs_move(maze, cell) and (v < v.max()).sum() == 3
-    assert labelled[0] < labelled[8] < labelled[64]
+    assert labelled[0] < labelled[8] < labelled[64] < labelled[1024]
 
 
 def test_the_greedy_world_alone_is_the_greedy_walk():

@@ -202,6 +202,18 @@ def test_recurrent_rl_probe_runs_its_iteration_budget_and_survives_an_iteration_
     assert all(torch.equal(a, b) for a, b in zip(before, policy.encoder.parameters()))
 
 
+def test_continuation_reach_benchmark_labels_more_and_farther_cells_with_more_worlds(capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import continuation_reach
+
+    assert continuation_reach.main(["--worlds", "0", "64"]) == 0
+    rows = re.findall(r"^\| (\d+) \| ([\d.]+)% \| (\d+) / (\d+) \|", capsys.readouterr().out, re.M)
+    assert [int(r[0]) for r in rows] == [0, 64]
+    (_, share_greedy, _, far_greedy), (_, share_sampled, _, far_sampled) = rows
+    # A uniform policy's greedy world walks "right" everywhere; sampled worlds reach the goal from more cells.
+    assert 0 < float(share_greedy) < float(share_sampled) < 100 and int(far_greedy) <= int(far_sampled)
+
+
 def test_the_examples_page_lists_every_example():
     listed = set(re.findall(r"`(\d\d_\w+\.py)`", (ROOT / "examples" / "README.md").read_text()))
     assert listed == {p.name for p in (ROOT / "examples").glob("[0-9][0-9]_*.py")}
