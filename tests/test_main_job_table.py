@@ -122,9 +122,13 @@ def test_the_published_main_job_tables_are_what_their_snapshot_renders():
     assert _block(ROOT / "docs" / "rl-earns-its-lift.md", main_job_table.START, main_job_table.END) == full
 
 
-def test_the_published_sizes_table_is_what_its_snapshot_renders():
-    """The mixed-size stream's runs on the docs page are what docs/assets/sizes.json renders."""
-    snapshot = json.loads(main_job_table.snapshot_path("sizes").read_text())
-    assert snapshot["section"] == "sizes"
+VARIANT_SECTIONS = ("sizes", "cheaper-sizes")
+
+
+@pytest.mark.parametrize("section", VARIANT_SECTIONS)
+def test_the_published_variant_tables_are_what_their_snapshots_render(section):
+    """A variant's runs on the docs page are what its snapshot (docs/assets/<section>.json) renders."""
+    snapshot = json.loads(main_job_table.snapshot_path(section).read_text())
+    assert snapshot["section"] == section
     _, full = main_job_table.render(snapshot)
-    assert _block(ROOT / "docs" / "rl-earns-its-lift.md", *main_job_table.markers("sizes")) == full
+    assert _block(ROOT / "docs" / "rl-earns-its-lift.md", *main_job_table.markers(section)) == full
