@@ -159,6 +159,40 @@ def test_best_reward_marks_exactly_the_most_valuable_branches():
             assert e.turns[0].reward == float(dist[after] == dist[cell] - 1)
 
 
+def test_anchor_cap_keeps_that_many_anchors_of_each_maze_drawn_from_the_step_seed():
+    mazes = [*_mazes(1, size=7, seed=4), *_mazes(1, size=11, seed=5)]
+    gen = ScriptedGenerator(_oracle_reply(ScriptedGenerator(None).tokenizer))
+    config = branching(state_prompt=True, history="none", max_moves=40, max_new_tokens=32, branch_anchors_per_maze=9)
+
+    def anchors_of(episodes):
+        cells = {}
+        for e in episodes:
+            cells.setdefault(e.maze_id, set()).add(e.turns[0].state)
+        return cells
+
+    uncapped = anchors_of(
+        collect_branches(gen, mazes, dataclasses.replace(config, collector=BranchSettings(name="branches")))
+    )
+    # Under the oracle's continuation the four moves' values differ at every cell: the cap draws 9 from all of them.
+    assert [len(uncapped[m.maze_id]) for m in mazes] == [int((~m.grid).sum()) - 1 for m in mazes]
+    capped = anchors_of(episodes := collect_branches(gen, mazes, config, seed=3))
+    assert [len(capped[m.maze_id]) for m in mazes] == [9, 9] and len(episodes) == 4 * 18
+    assert all(capped[m.maze_id] <= uncapped[m.maze_id] for m in mazes)
+    assert anchors_of(collect_branches(gen, mazes, config, seed=3)) == capped  # the step seed decides
+    assert anchors_of(collect_branches(gen, mazes, config, seed=4)) != capped
+    # A policy that never moves: only the goal's neighbours have moves worth different amounts. Of those one is
+    # kept per maze; the cells whose four branches are all worth 0 stay (their groups carry no advantage).
+    still = ScriptedGenerator(lambda i, call, p: ("no move", "stop"))
+    one = dataclasses.replace(config, collector=dataclasses.replace(config.collector, anchors_per_maze=1))
+    kept = anchors_of(collect_branches(still, mazes, one))
+    for m in mazes:
+        beside_goal = sum(next_cell(m.grid, m.goal, k) != m.goal for k in range(4))
+        assert len(kept[m.maze_id]) == int((~m.grid).sum()) - 1 - (beside_goal - 1)
+    assert "anchors_per_maze=-1 is out of range" in problems(
+        branching(state_prompt=True, history="none", branch_anchors_per_maze=-1)
+    )
+
+
 def test_sampled_continuations_average_into_the_branch_value():
     mazes = _mazes(2, size=7, seed=1)
     oracle = _oracle_reply(ScriptedGenerator(None).tokenizer)

@@ -81,6 +81,10 @@ class BranchSettings(CollectorConfig):
     """A branch's reward is "best" (1 for the most valuable branches of its group when any reaches the goal, else 0)
     or "value" (its worth, gamma ** (n - 1) or 0).
     """
+    anchors_per_maze: int = dataclasses.field(default=0, metadata={"range": (0, 100_000, False)})
+    """At most this many anchors of each maze give the update their branches, drawn at random (from the step's seed
+    and the maze) among those whose branches differ in reward; 0 = every one. The rollouts still ask every cell, so
+    every move keeps its value: a cap makes a large maze cost the update about what a small one does."""
     moves_only: bool = dataclasses.field(default=False, metadata={"any": True})
     """With continuation "sampled" or "expected": the continuations play the policy's move replies alone, each cell's
     move probabilities renormalised over the four moves (as decoding constrained to the env's actions would), instead
@@ -319,7 +323,8 @@ def collect_branches(
     With ``continuation="sampled"`` a move's worth is instead its mean over the greedy
     world and ``samples`` worlds drawn from the policy's move distribution
     (:func:`continuation_values`), read by one :meth:`Generator.score_replies` call, and cells the
-    policy has settled (``settled``) are left out. The settings are ``config.collector`` (:class:`BranchSettings`).
+    policy has settled (``settled``) are left out. With ``anchors_per_maze`` at most that many anchors of each maze
+    give the update their branches (:func:`_capped`). The settings are ``config.collector`` (:class:`BranchSettings`).
     Only the environment's moves and goal are used; no solver. Group ids are
     ``(group_offset + i) * GROUP_CELLS + row * size + col`` (unique per run, like :func:`collect_groups`'s, whatever
     the mazes' sizes).
@@ -370,11 +375,11 @@ def _anchor_branches(
     step_info: dict,
     group_offset: int,
 ) -> tuple[list[Episode], int]:
-    """``(episodes, settled)``: the 4 branches of every anchor cell (the worths' values when given, else the
+    """``(episodes, settled)``: the 4 branches of every anchor cell kept (the worths' values when given, else the
     continuations' walks ``togo``), and how many anchors were left out as settled. ``step_info`` holds the step's
     seed and rollout seconds."""
     settings: BranchSettings = config.collector
-    episodes, settled = [], 0
+    valued, settled = [], 0
     for j, ((i, cell), prompt) in enumerate(zip(anchors, prompts)):
         maze = mazes[i]
         cell_walks = [per_maze[i] for per_maze in togo]
@@ -391,6 +396,10 @@ def _anchor_branches(
         ):
             settled += 1
             continue
+        valued.append((i, cell, prompt, values, moves))
+    episodes = []
+    for i, cell, prompt, values, moves in _capped(valued, settings.anchors_per_maze, step_info["seed"]):
+        maze = mazes[i]
         info = {
             "seed": step_info["seed"],
             "size": maze.size,
@@ -401,6 +410,25 @@ def _anchor_branches(
         group_id = (group_offset + i) * GROUP_CELLS + cell[0] * maze.size + cell[1]
         episodes += _branches(maze, cell, prompt, values, moves, replies, settings.reward, group_id, version, info)
     return episodes, settled
+
+
+def _capped(valued: list[tuple], cap: int, seed: int) -> list[tuple]:
+    """The valued anchors ``(maze index, cell, prompt, values, moves)`` that give the update their branches: all of
+    them, or with a ``cap`` at most that many of each maze's anchors whose branches differ in value, drawn at random
+    from ``seed`` and the maze index. Anchors whose branches are all worth the same are kept (their groups carry no
+    advantage and are filtered downstream), so every maze keeps its metrics."""
+    if not cap:
+        return valued
+    differing: dict[int, list[int]] = {}
+    for n, (i, _, _, values, _) in enumerate(valued):
+        if len(set(values)) > 1:
+            differing.setdefault(i, []).append(n)
+    dropped: set[int] = set()
+    for i, ns in differing.items():
+        if len(ns) > cap:
+            rng = np.random.default_rng([seed % 2**63, i])
+            dropped.update(int(n) for n in rng.choice(ns, size=len(ns) - cap, replace=False))
+    return [v for n, v in enumerate(valued) if n not in dropped]
 
 
 def _record_queries(episodes: list[Episode], queries: int, settled_frac: float, move_mass: float | None) -> None:
