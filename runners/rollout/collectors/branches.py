@@ -83,7 +83,7 @@ class BranchSettings(CollectorConfig):
     """
     anchors_per_maze: int = dataclasses.field(default=0, metadata={"range": (0, 100_000, False)})
     """At most this many anchors of each maze give the update their branches, drawn at random (from the step's seed
-    and the maze) among those whose branches differ in reward; 0 = every one. The rollouts still ask every cell, so
+    and the maze) among those whose four moves differ in value; 0 = every one. The rollouts still ask every cell, so
     every move keeps its value: a cap makes a large maze cost the update about what a small one does."""
     moves_only: bool = dataclasses.field(default=False, metadata={"any": True})
     """With continuation "sampled" or "expected": the continuations play the policy's move replies alone, each cell's
