@@ -131,8 +131,8 @@ def _variant_sections() -> list[str]:
 VARIANT_SECTIONS = _variant_sections()
 
 
-def test_both_variant_sections_are_found():
-    assert {"sizes", "cheaper-sizes"} <= set(VARIANT_SECTIONS)
+def test_every_known_variant_section_is_found():
+    assert {"sizes", "cheaper-sizes", "anchor-cap"} <= set(VARIANT_SECTIONS)
 
 
 @pytest.mark.parametrize("section", VARIANT_SECTIONS)
